@@ -1,0 +1,173 @@
+"""Running the server: load the repository, start the frontends, stop cleanly on SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from modelhost import TRITON_COMPAT_VERSION
+from modelhost.devices import gpu_count
+from modelhost.grpc.service import start_grpc_server
+from modelhost.http.protocol import HttpProtocol, start_http_server
+from modelhost.http.routes import HttpRoutes
+from modelhost.logs import log_table
+from modelhost.metrics import Metrics, start_metrics_server
+from modelhost.options import ServerOptions
+from modelhost.registry import LoadSettings, ModelRegistry
+from modelhost.server import EXTENSIONS, Server
+
+log = logging.getLogger("modelhost")
+
+
+class StartupError(Exception):
+    pass
+
+
+def local_repositories(options: ServerOptions) -> list[Path]:
+    paths: list[Path] = []
+    for repo in options.model_repositories:
+        if "://" in repo:
+            scheme = repo.split("://", 1)[0]
+            raise StartupError(
+                f"model repository '{repo}': {scheme}:// repositories are not supported yet; use a local directory"
+            )
+        path = Path(repo).expanduser()
+        if not path.is_dir():
+            raise StartupError(f"failed to stat file {repo}: the model repository directory does not exist")
+        paths.append(path.resolve())
+    return paths
+
+
+def _check_ports(options: ServerOptions) -> None:
+    used: dict[tuple[str, int], str] = {}
+    for enabled, name, address, port in (
+        (options.allow_http, "HTTP", options.http_address, options.http_port),
+        (options.allow_grpc, "GRPC", options.grpc_address, options.grpc_port),
+        (options.allow_metrics, "metrics", options.metrics_address, options.metrics_port),
+    ):
+        if not enabled or port == 0:
+            continue
+        key = (address, port)
+        if key in used:
+            raise StartupError(f"The server cannot listen to {name} requests at port {port}, "
+                               f"the port is already used by {used[key]}")
+        used[key] = name
+
+
+def _options_table(options: ServerOptions, repos: list[Path]) -> str:
+    rows: list[tuple[str, str]] = [
+        ("server_id", options.server_id),
+        ("server_version", TRITON_COMPAT_VERSION),
+        ("server_extensions", " ".join(EXTENSIONS)),
+    ]
+    rows += [(f"model_repository_path[{i}]", str(p)) for i, p in enumerate(repos)]
+    rows += [
+        ("model_control_mode", "MODE_NONE"),
+        ("strict_model_config", str(int(not options.auto_complete_config))),
+        ("model_config_name", options.model_config_name or ""),
+        ("strict_readiness", str(int(options.strict_readiness))),
+        ("exit_timeout", str(options.exit_timeout_secs)),
+    ]
+    return log_table(["Option", "Value"], rows)
+
+
+def _listen_addresses(bound: asyncio.Server) -> str:
+    return ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in bound.sockets)
+
+
+async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> int:
+    try:
+        repos = local_repositories(options)
+        _check_ports(options)
+    except StartupError as e:
+        log.error("%s", e)
+        return 1
+    settings = LoadSettings(
+        config_name=options.model_config_name,
+        auto_complete=options.auto_complete_config,
+        backend_config=options.backend_config,
+        gpu_count=gpu_count(),
+    )
+    registry = ModelRegistry(repos, settings)
+    registry.discover()
+    await registry.load_all()
+    log.info("\n%s", log_table(["Model", "Version", "Status"], registry.status_rows()))
+    log.info("\n%s", _options_table(options, repos))
+    metrics = Metrics()
+    server = Server(
+        registry, metrics, server_id=options.server_id, strict_readiness=options.strict_readiness
+    )
+    if options.exit_on_error and not registry.all_ready():
+        log.error("failed to load all models; exiting (--exit-on-error=true)")
+        server.close()
+        return 1
+
+    http_server: asyncio.Server | None = None
+    connections: set[HttpProtocol] = set()
+    metrics_server: asyncio.Server | None = None
+    grpc_server = None
+    try:
+        if options.allow_grpc:
+            grpc_server = await start_grpc_server(server, options.grpc_address, options.grpc_port)
+            log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, options.grpc_port)
+        if options.allow_http:
+            routes = HttpRoutes(server, options.http_max_input_size)
+            http_server, connections = await start_http_server(
+                routes, options.http_address, options.http_port, options.http_max_input_size
+            )
+            log.info("Started HTTPService at %s", _listen_addresses(http_server))
+        if options.allow_metrics:
+            metrics_server = await start_metrics_server(metrics, options.metrics_address, options.metrics_port)
+            log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
+    except OSError as e:
+        log.error("failed to start the server: %s", e)
+        await _stop(server, http_server, connections, metrics_server, grpc_server, 0)
+        return 1
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    log.info("Received a stop signal: no new requests, waiting up to %d s for %d in flight",
+             options.exit_timeout_secs, server.in_flight)
+    await _stop(server, http_server, connections, metrics_server, grpc_server, options.exit_timeout_secs)
+    return 0
+
+
+async def _stop(
+    server: Server,
+    http_server: asyncio.Server | None,
+    connections: set[HttpProtocol],
+    metrics_server: asyncio.Server | None,
+    grpc_server: object | None,
+    timeout: float,
+) -> None:
+    if http_server is not None:
+        http_server.close()  # stop accepting; open connections finish what they have
+    drained = await server.drain(timeout)
+    if not drained:
+        log.warning("exit timeout expired with %d requests still in flight", server.in_flight)
+    for connection in list(connections):
+        connection.close_if_idle()
+    if grpc_server is not None:
+        await grpc_server.stop(grace=1.0 if drained else 0)  # type: ignore[attr-defined]
+    if metrics_server is not None:
+        metrics_server.close()
+    server.close()
+    log.info("server stopped")
+
+
+def run_server(options: ServerOptions) -> int:
+    """Run until SIGINT/SIGTERM; the process exit code."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(serve(options))
+    return uvloop.run(serve(options))

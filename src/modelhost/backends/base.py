@@ -1,0 +1,61 @@
+"""The backend seam: `load` builds one instance of a model version; an instance executes batches.
+
+An instance is owned by exactly one worker thread at a time (see scheduling/instances.py), so implementations
+need no locking of their own. `execute` is called off the event loop and may block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy.typing as npt
+
+from modelhost.errors import ModelConfigError
+
+Arrays = dict[str, npt.NDArray[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendContext:
+    model_name: str
+    version: int
+    model_dir: Path
+    version_dir: Path
+    config: Any  # ModelConfig
+    # --backend-config settings for this backend, merged over the global ones.
+    backend_config: dict[str, str] = field(default_factory=dict)
+    # How many instances of this model version will run side by side (for thread budgets).
+    total_instances: int = 1
+    gpu_count: int = 0
+
+
+class ModelInstance(Protocol):
+    name: str
+
+    def execute(self, inputs: Arrays, output_names: list[str]) -> Arrays:
+        """Run the model on model-shaped inputs; return the requested outputs, model-shaped."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def load_instance(self, ctx: BackendContext, group: Any, index: int, device_id: int) -> ModelInstance:
+        """Build one instance of `group` (an instance_group entry); raise ModelhostError with a clear reason."""
+        ...
+
+
+def backend_for(config: Any) -> Backend:
+    """The backend that serves a normalised config."""
+    name = config.backend or config.platform
+    if name in ("onnxruntime", "onnxruntime_onnx"):
+        from modelhost.backends.onnxruntime import OnnxRuntimeBackend
+
+        return OnnxRuntimeBackend()
+    raise ModelConfigError(
+        f"backend '{name}' for model '{config.name}' is not supported yet (supported: onnxruntime)"
+    )

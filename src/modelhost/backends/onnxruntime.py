@@ -1,0 +1,209 @@
+"""ONNX Runtime backend: one InferenceSession per instance.
+
+ONNX Runtime releases the GIL while it runs, so instances on worker threads execute in parallel. Thread budgets:
+unless the config or --backend-config says otherwise, each instance gets an equal share of the cores, so that
+`count: 4` on a 2-core host does not start 4 x 2 busy intra-op threads (a known Triton pain point).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from modelhost.backends.base import Arrays, BackendContext
+from modelhost.datatypes import ONNX_TO_CONFIG
+from modelhost.devices import cpu_count
+from modelhost.errors import InternalError, InvalidArgument, ModelConfigError
+
+_CONFIG_TYPE_NAMES = {v: k for k, v in ONNX_TO_CONFIG.items()}
+
+
+def _param(config: Any, key: str) -> str | None:
+    if key in config.parameters:
+        return str(config.parameters[key].string_value)
+    return None
+
+
+def _int_setting(ctx: BackendContext, key: str) -> int | None:
+    """A thread setting from the model's parameters, else from --backend-config=onnxruntime,<key>=N."""
+    raw = _param(ctx.config, key)
+    if raw is None:
+        raw = ctx.backend_config.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError as e:
+        raise ModelConfigError(f"model '{ctx.model_name}': parameter '{key}' must be an integer, got '{raw}'") from e
+    if value < 0:
+        raise ModelConfigError(f"model '{ctx.model_name}': parameter '{key}' must be >= 0, got {value}")
+    return value or None  # 0 = runtime default, as in Triton
+
+
+def model_file(ctx: BackendContext) -> Path:
+    name = ctx.config.default_model_filename or "model.onnx"
+    path = ctx.version_dir / name
+    if path.is_dir():  # Triton accepts a directory holding model.onnx (models with external data)
+        path = path / "model.onnx"
+    if not path.is_file():
+        raise ModelConfigError(
+            f"unable to load model '{ctx.model_name}' version {ctx.version}: model file '{path}' not found"
+        )
+    return path
+
+
+def session_options(ctx: BackendContext) -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    intra = _int_setting(ctx, "intra_op_thread_count")
+    inter = _int_setting(ctx, "inter_op_thread_count")
+    # Default: share the cores among this model's instances instead of every session taking them all.
+    opts.intra_op_num_threads = intra if intra is not None else max(1, cpu_count() // max(1, ctx.total_instances))
+    opts.inter_op_num_threads = inter if inter is not None else 1
+    mode = _param(ctx.config, "execution_mode")
+    if mode is not None:
+        if mode not in ("0", "1"):
+            raise ModelConfigError(
+                f"model '{ctx.model_name}': parameter 'execution_mode' must be 0 (sequential) or 1 (parallel)"
+            )
+        opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL if mode == "1" else ort.ExecutionMode.ORT_SEQUENTIAL
+    for key, attr in (("enable_mem_arena", "enable_cpu_mem_arena"), ("enable_mem_pattern", "enable_mem_pattern")):
+        raw = _param(ctx.config, key)
+        if raw is not None:
+            setattr(opts, attr, raw.lower() in ("1", "true", "on"))
+    level = int(ctx.config.optimization.graph.level)
+    opts.graph_optimization_level = {
+        -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        1: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    return opts
+
+
+def gpu_providers(ctx: BackendContext, device_id: int) -> list[Any]:
+    """Execution providers for a KIND_GPU instance, or a load error naming what is missing."""
+    if ctx.gpu_count == 0:
+        raise ModelConfigError(
+            f"unable to load model '{ctx.model_name}': instance group kind KIND_GPU needs a GPU, and none is visible"
+        )
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        raise ModelConfigError(
+            f"unable to load model '{ctx.model_name}': KIND_GPU needs ONNX Runtime's CUDAExecutionProvider, "
+            "which this onnxruntime build lacks (install the 'onnxruntime-gpu' package)"
+        )
+    providers: list[Any] = []
+    for accel in ctx.config.optimization.execution_accelerators.gpu_execution_accelerator:
+        if accel.name == "tensorrt":
+            if "TensorrtExecutionProvider" not in available:
+                raise ModelConfigError(
+                    f"unable to load model '{ctx.model_name}': the 'tensorrt' execution accelerator needs "
+                    "ONNX Runtime's TensorrtExecutionProvider, which this onnxruntime build lacks"
+                )
+            trt: dict[str, Any] = {"device_id": device_id}
+            for key, value in accel.parameters.items():
+                if key == "precision_mode":
+                    trt["trt_fp16_enable"] = value.upper() == "FP16"
+                    trt["trt_int8_enable"] = value.upper() == "INT8"
+                elif key == "max_workspace_size_bytes":
+                    trt["trt_max_workspace_size"] = int(value)
+                elif key.startswith("trt_"):
+                    trt[key] = value
+            providers.append(("TensorrtExecutionProvider", trt))
+        elif accel.name == "cuda":
+            continue  # the CUDA provider is added below with its parameters
+        else:
+            raise ModelConfigError(
+                f"unable to load model '{ctx.model_name}': unknown GPU execution accelerator '{accel.name}'"
+            )
+    cuda: dict[str, Any] = {"device_id": device_id}
+    for accel in ctx.config.optimization.execution_accelerators.gpu_execution_accelerator:
+        if accel.name == "cuda":
+            cuda.update(dict(accel.parameters.items()))
+    providers.append(("CUDAExecutionProvider", cuda))
+    return providers
+
+
+class OnnxRuntimeInstance:
+    def __init__(self, name: str, model_name: str, session: ort.InferenceSession) -> None:
+        self.name = name
+        self.model_name = model_name
+        self.session = session
+        self.string_inputs = {i.name for i in session.get_inputs() if i.type == "tensor(string)"}
+        self.string_outputs = {o.name for o in session.get_outputs() if o.type == "tensor(string)"}
+
+    def execute(self, inputs: Arrays, output_names: list[str]) -> Arrays:
+        feed = inputs
+        if self.string_inputs:
+            feed = dict(inputs)
+            for name in self.string_inputs & feed.keys():
+                feed[name] = _bytes_to_str(name, feed[name])
+        try:
+            results = self.session.run(output_names, feed)
+        except ort.capi.onnxruntime_pybind11_state.InvalidArgument as e:
+            raise InvalidArgument(f"onnx runtime error for model '{self.model_name}': {e}") from e
+        except Exception as e:  # any runtime fault fails this request only
+            raise InternalError(f"onnx runtime error for model '{self.model_name}': {e}") from e
+        out: Arrays = {}
+        for name, value in zip(output_names, results, strict=True):
+            if name in self.string_outputs:
+                value = np.array([s.encode("utf-8") for s in value.ravel()], dtype=object).reshape(value.shape)
+            out[name] = value
+        return out
+
+    def close(self) -> None:
+        del self.session
+
+
+def _bytes_to_str(name: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    # ONNX Runtime string tensors hold text: bytes must be UTF-8 (ORT would otherwise store their repr()).
+    try:
+        flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
+    except UnicodeDecodeError as e:
+        raise InvalidArgument(f"input '{name}' holds bytes that are not UTF-8, which ONNX string tensors need") from e
+    return np.array(flat, dtype=object).reshape(array.shape)
+
+
+def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
+    """The config's inputs and outputs must exist in the model with the same types, as Triton checks at load."""
+    model_inputs = {i.name: i for i in session.get_inputs()}
+    model_outputs = {o.name: o for o in session.get_outputs()}
+    for kind, configured, available in (
+        ("input", ctx.config.input, model_inputs),
+        ("output", ctx.config.output, model_outputs),
+    ):
+        for tensor in configured:
+            found = available.get(tensor.name)
+            if found is None:
+                raise ModelConfigError(
+                    f"unable to load model '{ctx.model_name}', configuration expects {kind} '{tensor.name}' "
+                    f"but the model has only {sorted(available)}"
+                )
+            expected = tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name
+            actual = ONNX_TO_CONFIG.get(found.type, found.type)
+            if expected != actual:
+                raise ModelConfigError(
+                    f"unable to load model '{ctx.model_name}', configuration expects datatype {expected} for "
+                    f"{kind} '{tensor.name}', model provides {actual}"
+                )
+    required = [i.name for i in session.get_inputs() if i.name not in {t.name for t in ctx.config.input}]
+    if required:
+        raise ModelConfigError(
+            f"unable to load model '{ctx.model_name}', model input(s) {required} are missing from the configuration"
+        )
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+
+    def load_instance(self, ctx: BackendContext, group: Any, index: int, device_id: int) -> OnnxRuntimeInstance:
+        path = model_file(ctx)
+        kind = group.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[group.kind].name
+        providers: list[Any] = gpu_providers(ctx, device_id) if kind == "KIND_GPU" else ["CPUExecutionProvider"]
+        try:
+            session = ort.InferenceSession(str(path), sess_options=session_options(ctx), providers=providers)
+        except Exception as e:
+            raise ModelConfigError(f"unable to load model '{ctx.model_name}' version {ctx.version}: {e}") from e
+        _check_io(ctx, session)
+        return OnnxRuntimeInstance(f"{group.name}_{index}", ctx.model_name, session)

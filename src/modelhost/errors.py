@@ -1,0 +1,92 @@
+"""The one exception tree of modelhost, each class mapped once to an HTTP status and a gRPC code.
+
+    ModelhostError                (400, INVALID_ARGUMENT)  base; also "unknown" errors from clients
+    ├── InvalidArgument           (400, INVALID_ARGUMENT)  malformed or inconsistent requests
+    │   └── ModelConfigError      (400, INVALID_ARGUMENT)  an invalid config.pbtxt or override
+    ├── NotFound                  (404, NOT_FOUND)         unknown model, version, input, output
+    ├── Unavailable               (503, UNAVAILABLE)       model not ready, queue full, shutting down
+    ├── Unsupported               (501, UNIMPLEMENTED)     features not offered for this model or server
+    ├── AlreadyExists             (400, ALREADY_EXISTS)
+    ├── Cancelled                 (400, CANCELLED)
+    ├── PayloadTooLarge           (413, RESOURCE_EXHAUSTED) bodies over --http-max-input-size
+    ├── UnsupportedMediaType      (415, INVALID_ARGUMENT)  unknown Content-Encoding
+    └── InternalError             (500, INTERNAL)          a fault of the server or the backend runtime
+
+Messages follow Triton's wording where clients and tests match on it.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class ModelhostError(Exception):
+    http_status: int = 400
+    grpc_code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(ModelhostError):
+    pass
+
+
+class ModelConfigError(InvalidArgument):
+    pass
+
+
+class NotFound(ModelhostError):
+    http_status = 404
+    grpc_code = grpc.StatusCode.NOT_FOUND
+
+
+class Unavailable(ModelhostError):
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+
+
+class Unsupported(ModelhostError):
+    http_status = 501
+    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class AlreadyExists(ModelhostError):
+    grpc_code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class Cancelled(ModelhostError):
+    grpc_code = grpc.StatusCode.CANCELLED
+
+
+class PayloadTooLarge(ModelhostError):
+    http_status = 413
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class UnsupportedMediaType(ModelhostError):
+    http_status = 415
+
+
+class InternalError(ModelhostError):
+    http_status = 500
+    grpc_code = grpc.StatusCode.INTERNAL
+
+
+__all__ = [
+    "AlreadyExists",
+    "Cancelled",
+    "InternalError",
+    "InvalidArgument",
+    "ModelConfigError",
+    "ModelhostError",
+    "NotFound",
+    "PayloadTooLarge",
+    "Unavailable",
+    "Unsupported",
+    "UnsupportedMediaType",
+]

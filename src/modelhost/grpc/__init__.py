@@ -1,0 +1,1 @@
+"""The gRPC frontend: `inference.GRPCInferenceService` from the tritonclient package's generated modules."""

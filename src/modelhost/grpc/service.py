@@ -1,0 +1,167 @@
+"""`inference.GRPCInferenceService` over grpc.aio, answering from the core with Triton's status codes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from modelhost.errors import ModelhostError, Unsupported
+from modelhost.grpc.codec import decode_request, encode_response
+from modelhost.server import Server
+
+log = logging.getLogger("modelhost.grpc")
+T = TypeVar("T")
+
+# Messages up to 2 GiB each way, as Triton (tritonclient raises its own limits to match).
+MESSAGE_OPTIONS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
+
+
+async def _answer(context: grpc.aio.ServicerContext, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await fn()
+    except ModelhostError as e:
+        if e.http_status >= 500:
+            log.error("%s failed: %s", what, e)
+        else:
+            log.info("%s failed: %s", what, e)
+        await context.abort(e.grpc_code, str(e))
+        raise  # unreachable: abort raises
+
+
+def _not_yet(feature: str) -> Callable[..., Awaitable[Any]]:
+    async def handler(self: GrpcService, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{feature} is not supported yet")
+
+    return handler
+
+
+class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return service_pb2.ServerLiveResponse(live=self.server.is_live())
+
+    async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return service_pb2.ServerReadyResponse(ready=self.server.is_ready())
+
+    async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return service_pb2.ModelReadyResponse(ready=self.server.model_ready(request.name, request.version))
+
+    async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return service_pb2.ServerMetadataResponse(**self.server.metadata())
+
+    async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            meta = self.server.model_metadata(request.name, request.version)
+            response = service_pb2.ModelMetadataResponse(
+                name=meta["name"], versions=meta["versions"], platform=meta["platform"]
+            )
+            for key, target in (("inputs", response.inputs), ("outputs", response.outputs)):
+                for t in meta[key]:
+                    target.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+            return response
+
+        return await _answer(context, f"metadata of '{request.name}'", run)
+
+    async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            response = service_pb2.ModelConfigResponse()
+            response.config.CopyFrom(self.server.model_config(request.name, request.version))
+            return response
+
+        return await _answer(context, f"config of '{request.name}'", run)
+
+    async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            if request.repository_name:
+                raise Unsupported("'repository_name' specification is not supported")
+            response = service_pb2.RepositoryIndexResponse()
+            for row in self.server.repository_index(request.ready):
+                response.models.add(**row)
+            return response
+
+        return await _answer(context, "repository index", run)
+
+    async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"
+        )
+
+    RepositoryModelUnload = RepositoryModelLoad
+
+    async def _infer_one(self, request: Any) -> Any:
+        core_request = decode_request(request)
+        return encode_response(await self.server.infer(core_request))
+
+    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _answer(context, f"inference of '{request.model_name}'", lambda: self._infer_one(request))
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Requests of one stream run concurrently; each answer (or error) is sent as soon as it is ready."""
+        metadata = dict(context.invocation_metadata() or ())
+        errors_as_status = str(metadata.get("triton_grpc_error", "")).lower() == "true"
+        answers: asyncio.Queue[Any] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def run(request: Any) -> None:
+            try:
+                answers.put_nowait(service_pb2.ModelStreamInferResponse(infer_response=await self._infer_one(request)))
+            except ModelhostError as e:
+                log.info("streamed inference of '%s' failed: %s", request.model_name, e)
+                answers.put_nowait(e)
+
+        async def read() -> None:
+            async for request in request_iterator:
+                task = asyncio.create_task(run(request))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            while running:
+                await asyncio.gather(*list(running))
+            answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await answers.get()) is not None:
+                if isinstance(item, ModelhostError):
+                    if errors_as_status:
+                        await context.abort(item.grpc_code, str(item))
+                    yield service_pb2.ModelStreamInferResponse(error_message=str(item))
+                else:
+                    yield item
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+    ModelStatistics = _not_yet("the statistics extension")
+    SystemSharedMemoryStatus = _not_yet("the system shared memory extension")
+    SystemSharedMemoryRegister = _not_yet("the system shared memory extension")
+    SystemSharedMemoryUnregister = _not_yet("the system shared memory extension")
+    CudaSharedMemoryStatus = _not_yet("the CUDA shared memory extension")
+    CudaSharedMemoryRegister = _not_yet("the CUDA shared memory extension")
+    CudaSharedMemoryUnregister = _not_yet("the CUDA shared memory extension")
+    TraceSetting = _not_yet("the trace extension")
+    LogSettings = _not_yet("the logging extension")
+
+
+async def start_grpc_server(server: Server, host: str, port: int) -> grpc.aio.Server:
+    grpc_server = grpc.aio.server(options=MESSAGE_OPTIONS)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(server), grpc_server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        grpc_server.add_insecure_port(address)
+    except RuntimeError as e:  # grpc reports a port in use this way
+        raise OSError(f"failed to bind the gRPC server to {address}: address in use or not available") from e
+    await grpc_server.start()
+    return grpc_server

@@ -1,0 +1,215 @@
+"""HTTP/1.1 on a hand-written asyncio.Protocol over httptools.
+
+Chosen by measurement (benchmarks/README.md): at these request rates every hop shows, and a bare protocol
+leaves twice the headroom of an ASGI server. Each connection handles its requests in order (pipelined requests
+queue behind the one in flight); reading pauses while too many wait, and writing honours transport back-pressure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+import httptools
+import orjson
+
+log = logging.getLogger("modelhost.http")
+
+_REASONS = {
+    100: "Continue",
+    200: "OK",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+}
+_MAX_PIPELINED = 32
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    # Set when the body was larger than the limit: the handler answers with an error without reading it.
+    too_large: bool = False
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def error_response(status: int, message: str) -> HttpResponse:
+    return HttpResponse(status, orjson.dumps({"error": message}))
+
+
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+class HttpProtocol(asyncio.Protocol):
+    def __init__(self, handler: Handler, max_body: int, connections: set[HttpProtocol]) -> None:
+        self.handler = handler
+        self.max_body = max_body
+        self.connections = connections
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
+        self.worker: asyncio.Task[None] | None = None
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        self.reading_paused = False
+        self.closing = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.url = b""
+        self.headers: dict[str, str] = {}
+        self.body_parts: list[bytes] = []
+        self.body_size = 0
+        self.too_large = False
+
+    # -- asyncio.Protocol --------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        self.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.discard(self)
+        self.closing = True
+        self.can_write.set()
+        self.pending.clear()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(400, "protocol upgrades are not supported")
+        except httptools.HttpParserError as e:
+            self._fail(400, f"malformed HTTP request: {e}")
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    # -- httptools callbacks -----------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._reset()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+
+    def on_headers_complete(self) -> None:
+        length = self.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            self.too_large = True
+        if self.headers.get("expect", "").lower() == "100-continue" and not self.too_large and self.transport:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        if self.too_large:
+            return
+        self.body_size += len(body)
+        if self.body_size > self.max_body:
+            self.too_large = True
+            self.body_parts.clear()
+            return
+        self.body_parts.append(body)
+
+    def on_message_complete(self) -> None:
+        path, _, query = self.url.decode("latin-1").partition("?")
+        method = self.parser.get_method().decode("ascii", "replace")
+        body = self.body_parts[0] if len(self.body_parts) == 1 else b"".join(self.body_parts)
+        request = HttpRequest(method, path, query, self.headers, body, self.too_large)
+        keep_alive = self.parser.should_keep_alive() and not self.too_large
+        self.pending.append((request, keep_alive))
+        if len(self.pending) >= _MAX_PIPELINED and self.transport and not self.reading_paused:
+            self.transport.pause_reading()
+            self.reading_paused = True
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.get_running_loop().create_task(self._serve_pending())
+
+    # -- serving -----------------------------------------------------------------------------------------------
+
+    async def _serve_pending(self) -> None:
+        while self.pending and not self.closing:
+            request, keep_alive = self.pending.popleft()
+            try:
+                response = await self.handler(request)
+            except Exception:  # a bug in a handler must not take the connection's other requests down
+                log.exception("unhandled error serving %s %s", request.method, request.path)
+                response = error_response(500, "internal server error")
+            if not self.can_write.is_set():
+                await self.can_write.wait()
+            self._write(response, keep_alive)
+            if not keep_alive:
+                self._close()
+                return
+            if self.reading_paused and len(self.pending) < _MAX_PIPELINED // 2 and self.transport:
+                self.transport.resume_reading()
+                self.reading_paused = False
+
+    def _write(self, response: HttpResponse, keep_alive: bool) -> None:
+        if self.transport is None or self.closing:
+            return
+        reason = _REASONS.get(response.status, "")
+        head = [
+            f"HTTP/1.1 {response.status} {reason}\r\n"
+            f"Content-Type: {response.content_type}\r\nContent-Length: {len(response.body)}\r\n"
+        ]
+        for name, value in response.headers:
+            head.append(f"{name}: {value}\r\n")
+        if not keep_alive:
+            head.append("Connection: close\r\n")
+        head.append("\r\n")
+        self.transport.writelines([("".join(head)).encode("latin-1"), response.body])
+
+    def _fail(self, status: int, message: str) -> None:
+        self._write(error_response(status, message), keep_alive=False)
+        self._close()
+
+    def _close(self) -> None:
+        self.closing = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def close_if_idle(self) -> None:
+        """Used at shutdown: close a keep-alive connection that has nothing in flight."""
+        if not self.pending and (self.worker is None or self.worker.done()):
+            self._close()
+
+
+async def start_http_server(
+    handler: Handler, host: str, port: int, max_body: int
+) -> tuple[asyncio.Server, set[HttpProtocol]]:
+    loop = asyncio.get_running_loop()
+    connections: set[HttpProtocol] = set()
+
+    def factory() -> HttpProtocol:
+        return HttpProtocol(handler, max_body, connections)
+
+    server = await loop.create_server(factory, host=host, port=port, reuse_address=True, backlog=2048)
+    return server, connections

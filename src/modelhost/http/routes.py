@@ -1,0 +1,175 @@
+"""Routing of KServe v2 and Triton extension endpoints to the core, with Triton's status codes and messages."""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import unquote
+
+import orjson
+
+from modelhost.errors import InternalError, InvalidArgument, ModelhostError
+from modelhost.http.compression import choose_encoding, decode_body, encode_body
+from modelhost.http.infer_codec import decode_json_request, decode_raw_request, encode_response
+from modelhost.http.protocol import HttpRequest, HttpResponse, error_response
+from modelhost.server import Server
+
+log = logging.getLogger("modelhost.http")
+
+# Triton's routing expressions (http_server.cc).
+_HEALTH = re.compile(r"/v2(?:/health/(live|ready))?")
+_MODEL = re.compile(
+    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
+)
+_REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+_SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+_NOT_YET = {
+    "/v2/models/stats": "the statistics extension",
+    "/v2/trace/setting": "the trace extension",
+    "/v2/logging": "the logging extension",
+}
+
+
+def _ok() -> HttpResponse:
+    return HttpResponse(200, b"")
+
+
+def _method_not_allowed() -> HttpResponse:
+    return error_response(405, "Method Not Allowed")
+
+
+def _json(doc: object) -> HttpResponse:
+    return HttpResponse(200, orjson.dumps(doc))
+
+
+class HttpRoutes:
+    def __init__(self, server: Server, max_input_size: int) -> None:
+        self.server = server
+        self.max_input_size = max_input_size
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            response = await self._route(request)
+        except ModelhostError as e:
+            if e.http_status >= 500:
+                log.error("%s %s: %s", request.method, request.path, e)
+            else:
+                log.info("%s %s failed: %s", request.method, request.path, e)
+            response = error_response(e.http_status, str(e))
+            if e.http_status == 415:
+                response.headers.append(("Accept-Encoding", "gzip, deflate"))
+        accept = request.headers.get("accept-encoding")
+        if accept and response.body:
+            encoding = choose_encoding(accept)
+            if encoding:
+                response.body = encode_body(response.body, encoding)
+                response.headers.append(("Content-Encoding", encoding))
+        return response
+
+    async def _route(self, request: HttpRequest) -> HttpResponse:
+        if request.too_large:
+            raise InvalidArgument(
+                f"HTTP request body exceeds the maximum allowed size of {self.max_input_size} bytes "
+                "(--http-max-input-size)"
+            )
+        path = request.path
+        if path.startswith("/v2/models/") and (m := _MODEL.fullmatch(path)):
+            if path != "/v2/models/stats":
+                return await self._model(request, unquote(m.group(1)), m.group(2) or "", m.group(3) or "")
+        if m := _HEALTH.fullmatch(path):
+            if request.method != "GET":
+                return _method_not_allowed()
+            which = m.group(1)
+            if which is None:
+                return _json(self.server.metadata())
+            ok = self.server.is_live() if which == "live" else self.server.is_ready()
+            return _ok() if ok else HttpResponse(400, b"")
+        if m := _REPOSITORY.fullmatch(path):
+            return self._repository(request, m.group(1), m.group(2))
+        if m := _SHARED_MEMORY.fullmatch(path):
+            return error_response(501, f"the {m.group(1)} shared memory extension is not supported yet")
+        if path in _NOT_YET:
+            return error_response(501, f"{_NOT_YET[path]} is not supported yet")
+        return error_response(404, "Not Found")
+
+    async def _model(self, request: HttpRequest, name: str, version: str, action: str) -> HttpResponse:
+        server = self.server
+        if action == "infer":
+            if request.method != "POST":
+                return _method_not_allowed()
+            return await self._infer(request, name, version)
+        if request.method != "GET" and action not in ("trace/setting",):
+            return _method_not_allowed()
+        if action == "":
+            return _json(server.model_metadata(name, version))
+        if action == "ready":
+            return _ok() if server.model_ready(name, version) else error_response(400, "Model version not ready")
+        if action == "config":
+            return _json(server.model_config_json(name, version))
+        if action in ("generate", "generate_stream"):
+            return error_response(501, "the generate extension is not supported yet")
+        if action == "stats":
+            return error_response(501, "the statistics extension is not supported yet")
+        return error_response(501, "the trace extension is not supported yet")
+
+    def _repository(self, request: HttpRequest, repo: str | None, action: str) -> HttpResponse:
+        if request.method != "POST":
+            return _method_not_allowed()
+        if repo is not None:
+            return error_response(501, "'repository_name' specification is not supported")
+        if action != "index":
+            # Model control mode "none": the repository is fixed at startup, as in Triton.
+            return error_response(503, "explicit model load / unload is not allowed if polling is enabled")
+        ready_only = False
+        body = self._body(request)
+        if body.strip():
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError as e:
+                raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from e
+            if not isinstance(doc, dict):
+                raise InvalidArgument("the repository index request must be a JSON object")
+            ready = doc.get("ready", False)
+            if not isinstance(ready, bool):
+                raise InvalidArgument("'ready' must be a boolean")
+            ready_only = ready
+        return _json(self.server.repository_index(ready_only))
+
+    def _body(self, request: HttpRequest) -> bytes:
+        encoding = request.headers.get("content-encoding")
+        if encoding:
+            return decode_body(request.body, encoding, self.max_input_size)
+        return request.body
+
+    async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+        body = self._body(request)
+        header_length = request.headers.get("inference-header-content-length")
+        if header_length is None:
+            decoded = decode_json_request(name, version, body, None)
+        else:
+            if not header_length.strip().isdigit() or int(header_length) > len(body):
+                raise InvalidArgument(
+                    f"Inference-Header-Content-Length {header_length!r} is out of range for a body of "
+                    f"{len(body)} bytes"
+                )
+            length = int(header_length)
+            if length == 0:
+                decoded = decode_raw_request(self.server.registry.get(name, version), version, body)
+            else:
+                view = memoryview(body)
+                decoded = decode_json_request(name, version, view[:length], view[length:])
+        response = await self.server.infer(decoded.request)
+        try:
+            payload, json_length = encode_response(response, decoded.request, decoded.binary_all)
+        except ModelhostError:
+            raise
+        except Exception as e:
+            raise InternalError(f"failed to encode the response of model '{name}': {e}") from e
+        if json_length is None:
+            return HttpResponse(200, payload)
+        return HttpResponse(
+            200,
+            payload,
+            content_type="application/octet-stream",
+            headers=[("Inference-Header-Content-Length", str(json_length))],
+        )

@@ -1,0 +1,63 @@
+"""The core's own request and response types: one representation for every frontend.
+
+Frontends decode the wire format once into these and encode the answer once from them. Tensor data is a numpy
+array built over the received buffer (never a Python list on the binary and gRPC paths); BYTES tensors are numpy
+object arrays of `bytes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+# A request or response parameter: what KServe parameters may hold.
+ParamValue = bool | int | float | str
+Parameters = dict[str, ParamValue]
+
+
+@dataclass(slots=True)
+class Tensor:
+    name: str
+    datatype: str  # KServe name: FP32, INT64, BYTES, ...
+    shape: list[int]
+    data: npt.NDArray[Any]
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    name: str
+    # HTTP only: None = decided by the request-level `binary_data_output` parameter.
+    binary: bool | None = None
+    classification: int = 0
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferenceRequest:
+    model_name: str
+    model_version: str = ""  # "" = chosen by the version policy
+    id: str = ""
+    inputs: list[Tensor] = field(default_factory=list)
+    # Empty = every output of the model.
+    outputs: list[RequestedOutput] = field(default_factory=list)
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferenceResponse:
+    model_name: str
+    model_version: str
+    id: str
+    outputs: list[Tensor]
+    parameters: Parameters = field(default_factory=dict)
+
+
+def empty_array(datatype_numpy: np.dtype[Any]) -> npt.NDArray[Any]:
+    return np.empty((0,), dtype=datatype_numpy)
+
+
+__all__ = ["InferenceRequest", "InferenceResponse", "ParamValue", "Parameters", "RequestedOutput", "Tensor"]
