@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from modelhost.registry import LoadSettings, ModelRegistry
 from modelhost.server import EXTENSIONS, Server
 
 log = logging.getLogger("modelhost")
+
+
+# serve() returns this when the exit timeout expired with requests still running.
+EXIT_TIMED_OUT = -1
 
 
 class StartupError(Exception):
@@ -52,8 +57,10 @@ def _check_ports(options: ServerOptions) -> None:
             continue
         key = (address, port)
         if key in used:
-            raise StartupError(f"The server cannot listen to {name} requests at port {port}, "
-                               f"the port is already used by {used[key]}")
+            raise StartupError(
+                f"The server cannot listen to {name} requests at port {port}, "
+                f"the port is already used by {used[key]}"
+            )
         used[key] = name
 
 
@@ -97,9 +104,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     log.info("\n%s", log_table(["Model", "Version", "Status"], registry.status_rows()))
     log.info("\n%s", _options_table(options, repos))
     metrics = Metrics()
-    server = Server(
-        registry, metrics, server_id=options.server_id, strict_readiness=options.strict_readiness
-    )
+    server = Server(registry, metrics, server_id=options.server_id, strict_readiness=options.strict_readiness)
     if options.exit_on_error and not registry.all_ready():
         log.error("failed to load all models; exiting (--exit-on-error=true)")
         server.close()
@@ -120,7 +125,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         if options.allow_metrics:
-            metrics_server = await start_metrics_server(metrics, options.metrics_address, options.metrics_port)
+            metrics_server = await start_metrics_server(
+                metrics, options.metrics_address, options.metrics_port
+            )
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
     except OSError as e:
         log.error("failed to start the server: %s", e)
@@ -135,10 +142,15 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     if ready is not None:
         ready.set()
     await stop.wait()
-    log.info("Received a stop signal: no new requests, waiting up to %d s for %d in flight",
-             options.exit_timeout_secs, server.in_flight)
-    await _stop(server, http_server, connections, metrics_server, grpc_server, options.exit_timeout_secs)
-    return 0
+    log.info(
+        "Received a stop signal: no new requests, waiting up to %d s for %d in flight",
+        options.exit_timeout_secs,
+        server.in_flight,
+    )
+    drained = await _stop(
+        server, http_server, connections, metrics_server, grpc_server, options.exit_timeout_secs
+    )
+    return 0 if drained else EXIT_TIMED_OUT
 
 
 async def _stop(
@@ -148,7 +160,8 @@ async def _stop(
     metrics_server: asyncio.Server | None,
     grpc_server: object | None,
     timeout: float,
-) -> None:
+) -> bool:
+    """Stop serving; False when requests were still running at the timeout."""
     if http_server is not None:
         http_server.close()  # stop accepting; open connections finish what they have
     drained = await server.drain(timeout)
@@ -160,14 +173,22 @@ async def _stop(
         await grpc_server.stop(grace=1.0 if drained else 0)  # type: ignore[attr-defined]
     if metrics_server is not None:
         metrics_server.close()
-    server.close()
+    if drained:
+        server.close()  # with requests still running, their instances are left to the process exit
     log.info("server stopped")
+    return drained
 
 
 def run_server(options: ServerOptions) -> int:
     """Run until SIGINT/SIGTERM; the process exit code."""
     try:
         import uvloop
+
+        code = uvloop.run(serve(options))
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(serve(options))
-    return uvloop.run(serve(options))
+        code = asyncio.run(serve(options))
+    if code == EXIT_TIMED_OUT:
+        # --exit-timeout-secs is a promise: do not wait for runtime calls still in progress on worker threads.
+        logging.shutdown()
+        os._exit(0)
+    return code

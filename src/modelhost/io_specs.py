@@ -28,7 +28,9 @@ class TensorSpec:
 
 
 def _spec(tensor: Any, *, optional: bool = False, label_filename: str = "") -> TensorSpec:
-    data_type_name = tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name
+    data_type_name = (
+        tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name
+    )
     datatype = CONFIG_TO_WIRE[data_type_name]
     reshape = tuple(int(d) for d in tensor.reshape.shape) if tensor.HasField("reshape") else None
     return TensorSpec(

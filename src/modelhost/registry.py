@@ -145,7 +145,9 @@ class ModelRegistry:
         available = list(version_directories(model_dir))
         wanted = select_versions(config, available)
         if not wanted:
-            entry.error = f"at least one version must be available under the version policy of model '{entry.name}'"
+            entry.error = (
+                f"at least one version must be available under the version policy of model '{entry.name}'"
+            )
             return
         for version in wanted:
             entry.versions[version] = VersionEntry(version)
@@ -153,12 +155,17 @@ class ModelRegistry:
             vdir = model_dir / str(version)
             ventry = entry.versions[version]
             if not vdir.is_dir():
-                ventry.state, ventry.reason = ModelState.UNAVAILABLE, f"version {version} not found in {model_dir}"
+                ventry.state, ventry.reason = (
+                    ModelState.UNAVAILABLE,
+                    f"version {version} not found in {model_dir}",
+                )
                 log.error("failed to load '%s' version %d: %s", entry.name, version, ventry.reason)
                 continue
             started = time.monotonic()
             try:
-                ventry.model = await asyncio.to_thread(self._load_version, entry.name, version, config, backend)
+                ventry.model = await asyncio.to_thread(
+                    self._load_version, entry.name, version, config, backend
+                )
             except ModelhostError as e:
                 ventry.state, ventry.reason = ModelState.UNAVAILABLE, str(e)
                 log.error("failed to load '%s' version %d: %s", entry.name, version, e)
@@ -169,7 +176,10 @@ class ModelRegistry:
                 continue
             ventry.state = ModelState.READY
             log.info(
-                "successfully loaded '%s' version %d (%.2f s)", entry.name, version, time.monotonic() - started
+                "successfully loaded '%s' version %d (%.2f s)",
+                entry.name,
+                version,
+                time.monotonic() - started,
             )
 
     def _load_version(self, name: str, version: int, config: Any, backend: Any) -> LoadedModel:
@@ -209,7 +219,9 @@ class ModelRegistry:
             if ventry is None:
                 raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
             if ventry.state != ModelState.READY or ventry.model is None:
-                raise Unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+                raise Unavailable(
+                    f"Request for unknown model: '{name}' version {version} is not at ready state"
+                )
             return ventry.model
         for ventry in sorted(entry.versions.values(), key=lambda v: v.version, reverse=True):
             if ventry.state == ModelState.READY and ventry.model is not None:

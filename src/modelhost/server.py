@@ -22,7 +22,13 @@ EXTENSIONS = ["classification", "model_configuration", "binary_tensor_data", "pa
 
 class Server:
     def __init__(
-        self, registry: ModelRegistry, metrics: Metrics | None = None, *, server_id: str = "triton", strict_readiness: bool = True) -> None:
+        self,
+        registry: ModelRegistry,
+        metrics: Metrics | None = None,
+        *,
+        server_id: str = "triton",
+        strict_readiness: bool = True,
+    ) -> None:
         self.registry = registry
         self.metrics = metrics or Metrics()
         self.server_id = server_id

@@ -37,7 +37,9 @@ def _int_setting(ctx: BackendContext, key: str) -> int | None:
     try:
         value = int(raw)
     except ValueError as e:
-        raise ModelConfigError(f"model '{ctx.model_name}': parameter '{key}' must be an integer, got '{raw}'") from e
+        raise ModelConfigError(
+            f"model '{ctx.model_name}': parameter '{key}' must be an integer, got '{raw}'"
+        ) from e
     if value < 0:
         raise ModelConfigError(f"model '{ctx.model_name}': parameter '{key}' must be >= 0, got {value}")
     return value or None  # 0 = runtime default, as in Triton
@@ -60,7 +62,9 @@ def session_options(ctx: BackendContext) -> ort.SessionOptions:
     intra = _int_setting(ctx, "intra_op_thread_count")
     inter = _int_setting(ctx, "inter_op_thread_count")
     # Default: share the cores among this model's instances instead of every session taking them all.
-    opts.intra_op_num_threads = intra if intra is not None else max(1, cpu_count() // max(1, ctx.total_instances))
+    opts.intra_op_num_threads = (
+        intra if intra is not None else max(1, cpu_count() // max(1, ctx.total_instances))
+    )
     opts.inter_op_num_threads = inter if inter is not None else 1
     mode = _param(ctx.config, "execution_mode")
     if mode is not None:
@@ -68,8 +72,13 @@ def session_options(ctx: BackendContext) -> ort.SessionOptions:
             raise ModelConfigError(
                 f"model '{ctx.model_name}': parameter 'execution_mode' must be 0 (sequential) or 1 (parallel)"
             )
-        opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL if mode == "1" else ort.ExecutionMode.ORT_SEQUENTIAL
-    for key, attr in (("enable_mem_arena", "enable_cpu_mem_arena"), ("enable_mem_pattern", "enable_mem_pattern")):
+        opts.execution_mode = (
+            ort.ExecutionMode.ORT_PARALLEL if mode == "1" else ort.ExecutionMode.ORT_SEQUENTIAL
+        )
+    for key, attr in (
+        ("enable_mem_arena", "enable_cpu_mem_arena"),
+        ("enable_mem_pattern", "enable_mem_pattern"),
+    ):
         raw = _param(ctx.config, key)
         if raw is not None:
             setattr(opts, attr, raw.lower() in ("1", "true", "on"))
@@ -148,7 +157,9 @@ class OnnxRuntimeInstance:
         out: Arrays = {}
         for name, value in zip(output_names, results, strict=True):
             if name in self.string_outputs:
-                value = np.array([s.encode("utf-8") for s in value.ravel()], dtype=object).reshape(value.shape)
+                value = np.array([s.encode("utf-8") for s in value.ravel()], dtype=object).reshape(
+                    value.shape
+                )
             out[name] = value
         return out
 
@@ -161,7 +172,9 @@ def _bytes_to_str(name: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any
     try:
         flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
     except UnicodeDecodeError as e:
-        raise InvalidArgument(f"input '{name}' holds bytes that are not UTF-8, which ONNX string tensors need") from e
+        raise InvalidArgument(
+            f"input '{name}' holds bytes that are not UTF-8, which ONNX string tensors need"
+        ) from e
     return np.array(flat, dtype=object).reshape(array.shape)
 
 
@@ -180,7 +193,11 @@ def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
                     f"unable to load model '{ctx.model_name}', configuration expects {kind} '{tensor.name}' "
                     f"but the model has only {sorted(available)}"
                 )
-            expected = tensor.DESCRIPTOR.fields_by_name["data_type"].enum_type.values_by_number[tensor.data_type].name
+            expected = (
+                tensor.DESCRIPTOR.fields_by_name["data_type"]
+                .enum_type.values_by_number[tensor.data_type]
+                .name
+            )
             actual = ONNX_TO_CONFIG.get(found.type, found.type)
             if expected != actual:
                 raise ModelConfigError(
@@ -197,13 +214,19 @@ def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
 class OnnxRuntimeBackend:
     name = "onnxruntime"
 
-    def load_instance(self, ctx: BackendContext, group: Any, index: int, device_id: int) -> OnnxRuntimeInstance:
+    def load_instance(
+        self, ctx: BackendContext, group: Any, index: int, device_id: int
+    ) -> OnnxRuntimeInstance:
         path = model_file(ctx)
         kind = group.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[group.kind].name
-        providers: list[Any] = gpu_providers(ctx, device_id) if kind == "KIND_GPU" else ["CPUExecutionProvider"]
+        providers: list[Any] = (
+            gpu_providers(ctx, device_id) if kind == "KIND_GPU" else ["CPUExecutionProvider"]
+        )
         try:
             session = ort.InferenceSession(str(path), sess_options=session_options(ctx), providers=providers)
         except Exception as e:
-            raise ModelConfigError(f"unable to load model '{ctx.model_name}' version {ctx.version}: {e}") from e
+            raise ModelConfigError(
+                f"unable to load model '{ctx.model_name}' version {ctx.version}: {e}"
+            ) from e
         _check_io(ctx, session)
         return OnnxRuntimeInstance(f"{group.name}_{index}", ctx.model_name, session)

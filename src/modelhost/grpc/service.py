@@ -19,7 +19,10 @@ log = logging.getLogger("modelhost.grpc")
 T = TypeVar("T")
 
 # Messages up to 2 GiB each way, as Triton (tritonclient raises its own limits to match).
-MESSAGE_OPTIONS = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)]
+MESSAGE_OPTIONS = [
+    ("grpc.max_send_message_length", 2**31 - 1),
+    ("grpc.max_receive_message_length", 2**31 - 1),
+]
 
 
 async def _answer(context: grpc.aio.ServicerContext, what: str, fn: Callable[[], Awaitable[T]]) -> T:
@@ -101,7 +104,9 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         return encode_response(await self.server.infer(core_request))
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _answer(context, f"inference of '{request.model_name}'", lambda: self._infer_one(request))
+        return await _answer(
+            context, f"inference of '{request.model_name}'", lambda: self._infer_one(request)
+        )
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -114,7 +119,9 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         async def run(request: Any) -> None:
             try:
-                answers.put_nowait(service_pb2.ModelStreamInferResponse(infer_response=await self._infer_one(request)))
+                answers.put_nowait(
+                    service_pb2.ModelStreamInferResponse(infer_response=await self._infer_one(request))
+                )
             except ModelhostError as e:
                 log.info("streamed inference of '%s' failed: %s", request.model_name, e)
                 answers.put_nowait(e)

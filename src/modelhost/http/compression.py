@@ -32,7 +32,9 @@ def decode_body(body: bytes, encoding: str, max_size: int) -> bytes:
         else:
             raise InvalidArgument(f"failed to decompress the request body ({encoding}): {e}") from e
     if len(out) > max_size or inflater.unconsumed_tail:
-        raise PayloadTooLarge(f"decompressed request body exceeds the maximum allowed size of {max_size} bytes")
+        raise PayloadTooLarge(
+            f"decompressed request body exceeds the maximum allowed size of {max_size} bytes"
+        )
     return out
 
 
@@ -61,4 +63,3 @@ def encode_body(body: bytes, encoding: str) -> bytes:
     else:
         compressor = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS)
     return compressor.compress(body) + compressor.flush()
-

@@ -79,4 +79,3 @@ class InstancePool:
     def close(self) -> None:
         for worker in self._workers:
             worker.close()
-

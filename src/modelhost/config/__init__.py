@@ -1,0 +1,104 @@
+"""Model configuration: read config.pbtxt, complete it as Triton does, validate it, serve its JSON form.
+
+The pipeline of `load_model_config` follows Triton's model loading:
+
+1. read `<model>/configs/<name>.pbtxt` (with --model-config-name) or `<model>/config.pbtxt`; without either,
+   start from an empty config when auto-complete is enabled (else fail, as Triton does);
+2. fill platform / backend / default_model_filename (always, even with auto-complete disabled);
+3. normalise and check what Triton checks before the backend sees the config;
+4. auto-complete from the model (ONNX Runtime models only, so far) unless disabled;
+5. normalise again (preferred batch sizes, instance groups, ...) and validate everything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from modelhost.config import constants
+from modelhost.config.autocomplete_onnx import DEFAULT_MAX_BATCH_SIZE, autocomplete_onnx
+from modelhost.config.backend_fill import fill_backend_fields
+from modelhost.config.files import CONFIG_FILENAME, config_path, parse_config_text, read_config
+from modelhost.config.invalid import InvalidConfig
+from modelhost.config.json_form import config_from_json, config_to_json
+from modelhost.config.normalize import normalize_config
+from modelhost.config.validate import check_config, validate_config
+from modelhost.errors import ModelConfigError
+
+
+def complete_model_config(
+    config: ModelConfig,
+    model_dir: Path,
+    *,
+    source: str,
+    auto_complete: bool = True,
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    gpu_count: int = 0,
+) -> ModelConfig:
+    """Steps 2-5 of the pipeline on a parsed config (from a file or a load request's override).
+
+    Returns a completed copy; `config` itself is not changed. `source` names the config in error messages.
+    """
+    model_name = model_dir.name
+    completed = ModelConfig()
+    completed.CopyFrom(config)
+    fill_backend_fields(completed, model_name, model_dir)
+    normalize_config(completed, model_name, gpu_count=gpu_count)
+    try:
+        check_config(completed, model_name, gpu_count, complete=False)
+    except InvalidConfig as err:
+        raise ModelConfigError(f"{err.message} (in {source})") from None
+    if auto_complete and completed.backend == constants.ONNXRUNTIME_BACKEND:
+        autocomplete_onnx(completed, model_name, model_dir, default_max_batch_size=default_max_batch_size)
+        normalize_config(completed, model_name, gpu_count=gpu_count)
+    validate_config(completed, model_name, source, gpu_count)
+    return completed
+
+
+def load_model_config(
+    model_dir: Path,
+    *,
+    config_name: str | None = None,
+    auto_complete: bool = True,
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    gpu_count: int = 0,
+) -> ModelConfig:
+    """The completed, normalised and validated config of the model in `model_dir` (named after its dir)."""
+    model_name = model_dir.name
+    path = config_path(model_dir, config_name)
+    if path is None:
+        if not auto_complete:
+            missing = model_dir / CONFIG_FILENAME
+            raise ModelConfigError(
+                f"failed to open text file for read {missing}: No such file or directory (model "
+                f"'{model_name}' has no configuration file, and auto-complete is disabled so none can be "
+                "generated)"
+            )
+        config = ModelConfig()
+        source = f"auto-generated configuration, no {CONFIG_FILENAME} in {model_dir}"
+    else:
+        config = read_config(path, model_name)
+        source = str(path)
+    return complete_model_config(
+        config,
+        model_dir,
+        source=source,
+        auto_complete=auto_complete,
+        default_max_batch_size=default_max_batch_size,
+        gpu_count=gpu_count,
+    )
+
+
+__all__ = [
+    "DEFAULT_MAX_BATCH_SIZE",
+    "ModelConfig",
+    "complete_model_config",
+    "config_from_json",
+    "config_path",
+    "config_to_json",
+    "load_model_config",
+    "parse_config_text",
+    "read_config",
+    "validate_config",
+]

@@ -1,0 +1,183 @@
+"""Filling `platform`, `backend` and `default_model_filename` (Triton core AutoCompleteBackendFields).
+
+This runs for every model, auto-complete or not. When a config names neither platform nor backend, the backend
+is inferred from the model file found in a version directory, in Triton's order: TensorFlow (model.savedmodel
+directory / model.graphdef file) -> TensorRT (model.plan file) -> ONNX Runtime (model.onnx file or directory)
+-> OpenVINO (model.xml) -> PyTorch (model.pt / model.pt2 file) -> Python (model.py) -> a custom backend named
+by the model directory's suffix (`<name>.<backend>`).
+
+Triton inspects only the first version directory; we inspect the lowest-numbered version directory holding
+one of those files, which gives the same answer whenever Triton finds one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from modelhost.config import constants as c
+from modelhost.errors import ModelConfigError
+from modelhost.repository.layout import version_directories
+
+# Every file name whose presence in a version directory can decide the backend.
+_KNOWN_MODEL_FILES = (
+    c.TENSORFLOW_SAVEDMODEL_FILENAME,
+    c.TENSORFLOW_GRAPHDEF_FILENAME,
+    c.TENSORRT_FILENAME,
+    c.ONNXRUNTIME_FILENAME,
+    c.OPENVINO_FILENAME,
+    c.PYTORCH_FILENAME,
+    c.PYTORCH_AOTI_FILENAME,
+    c.PYTHON_FILENAME,
+)
+
+
+def inspected_version_dir(model_dir: Path) -> Path | None:
+    """The version directory whose files decide the backend: the lowest version holding a known model file."""
+    for version_dir in version_directories(model_dir).values():
+        if any((version_dir / name).exists() for name in _KNOWN_MODEL_FILES):
+            return version_dir
+    return None
+
+
+def _in_version(config: ModelConfig, vdir: Path | None, filename: str, kind: str = "any") -> bool:
+    """Whether the files decide for `filename`: the config gives neither platform nor default_model_filename,
+    and the inspected version directory holds `filename` as a `kind` ("file", "dir" or "any")."""
+    if vdir is None or config.platform or config.default_model_filename:
+        return False
+    path = vdir / filename
+    return {"file": path.is_file, "dir": path.is_dir, "any": path.exists}[kind]()
+
+
+def _fill_tensorflow(config: ModelConfig, vdir: Path | None) -> bool:
+    if not config.platform and config.backend in ("", c.TENSORFLOW_BACKEND):
+        filename = config.default_model_filename
+        if filename == c.TENSORFLOW_SAVEDMODEL_FILENAME or (
+            _in_version(config, vdir, c.TENSORFLOW_SAVEDMODEL_FILENAME, "dir")
+            and not _in_version(config, vdir, c.TENSORFLOW_GRAPHDEF_FILENAME, "file")
+        ):
+            config.platform = c.TENSORFLOW_SAVEDMODEL_PLATFORM
+        elif filename == c.TENSORFLOW_GRAPHDEF_FILENAME or _in_version(
+            config, vdir, c.TENSORFLOW_GRAPHDEF_FILENAME, "file"
+        ):
+            config.platform = c.TENSORFLOW_GRAPHDEF_PLATFORM
+    if config.platform not in (c.TENSORFLOW_SAVEDMODEL_PLATFORM, c.TENSORFLOW_GRAPHDEF_PLATFORM):
+        return False
+    config.backend = config.backend or c.TENSORFLOW_BACKEND
+    if not config.default_model_filename:
+        saved = config.platform == c.TENSORFLOW_SAVEDMODEL_PLATFORM
+        config.default_model_filename = (
+            c.TENSORFLOW_SAVEDMODEL_FILENAME if saved else c.TENSORFLOW_GRAPHDEF_FILENAME
+        )
+    return True
+
+
+def _fill_tensorrt(config: ModelConfig, vdir: Path | None) -> bool:
+    if not config.backend and (
+        config.platform == c.TENSORRT_PLATFORM
+        or config.default_model_filename == c.TENSORRT_FILENAME
+        or _in_version(config, vdir, c.TENSORRT_FILENAME, "file")
+    ):
+        config.backend = c.TENSORRT_BACKEND
+    if config.backend != c.TENSORRT_BACKEND:
+        return False
+    config.platform = config.platform or c.TENSORRT_PLATFORM
+    config.default_model_filename = config.default_model_filename or c.TENSORRT_FILENAME
+    return True
+
+
+def _fill_onnxruntime(config: ModelConfig, vdir: Path | None) -> bool:
+    # model.onnx may be a file or a directory (a large model with external data).
+    if not config.backend and (
+        config.platform == c.ONNXRUNTIME_PLATFORM
+        or config.default_model_filename == c.ONNXRUNTIME_FILENAME
+        or _in_version(config, vdir, c.ONNXRUNTIME_FILENAME)
+    ):
+        config.backend = c.ONNXRUNTIME_BACKEND
+    if config.backend != c.ONNXRUNTIME_BACKEND:
+        return False
+    config.platform = config.platform or c.ONNXRUNTIME_PLATFORM
+    config.default_model_filename = config.default_model_filename or c.ONNXRUNTIME_FILENAME
+    return True
+
+
+def _fill_openvino(config: ModelConfig, vdir: Path | None) -> bool:
+    if not config.backend and (
+        config.default_model_filename == c.OPENVINO_FILENAME or _in_version(config, vdir, c.OPENVINO_FILENAME)
+    ):
+        config.backend = c.OPENVINO_BACKEND
+    if config.backend != c.OPENVINO_BACKEND:
+        return False
+    config.default_model_filename = config.default_model_filename or c.OPENVINO_FILENAME
+    return True
+
+
+def _fill_pytorch(config: ModelConfig, vdir: Path | None) -> bool:
+    if not config.backend:
+        if config.platform in (c.PYTORCH_PLATFORM, c.PYTORCH_PLATFORM_ALT) or (
+            config.default_model_filename == c.PYTORCH_FILENAME
+        ):
+            config.backend = c.PYTORCH_BACKEND
+        elif (
+            config.platform == c.PYTORCH_AOTI_PLATFORM
+            or config.default_model_filename == c.PYTORCH_AOTI_FILENAME
+        ):
+            config.backend = c.PYTORCH_BACKEND
+            config.platform = c.PYTORCH_AOTI_PLATFORM
+        elif _in_version(config, vdir, c.PYTORCH_FILENAME, "file"):
+            config.backend = c.PYTORCH_BACKEND
+            config.platform = c.PYTORCH_PLATFORM
+        elif _in_version(config, vdir, c.PYTORCH_AOTI_FILENAME, "file"):
+            config.backend = c.PYTORCH_BACKEND
+            config.platform = c.PYTORCH_AOTI_PLATFORM
+    if config.backend != c.PYTORCH_BACKEND:
+        return False
+    config.platform = config.platform or c.PYTORCH_PLATFORM
+    if not config.default_model_filename:
+        aoti = config.platform == c.PYTORCH_AOTI_PLATFORM
+        config.default_model_filename = c.PYTORCH_AOTI_FILENAME if aoti else c.PYTORCH_FILENAME
+    return True
+
+
+def _fill_python(config: ModelConfig, vdir: Path | None) -> bool:
+    if not config.backend and (
+        config.default_model_filename == c.PYTHON_FILENAME or _in_version(config, vdir, c.PYTHON_FILENAME)
+    ):
+        config.backend = c.PYTHON_BACKEND
+    if config.backend != c.PYTHON_BACKEND:
+        return False
+    config.default_model_filename = config.default_model_filename or c.PYTHON_FILENAME
+    return True
+
+
+def fill_backend_fields(config: ModelConfig, model_name: str, model_dir: Path) -> None:
+    """Complete platform/backend/default_model_filename in place, as Triton's core does for every model."""
+    vdir = inspected_version_dir(model_dir)
+    for fill in (
+        _fill_tensorflow,
+        _fill_tensorrt,
+        _fill_onnxruntime,
+        _fill_openvino,
+        _fill_pytorch,
+        _fill_python,
+    ):
+        if fill(config, vdir):
+            return
+    if config.backend or config.platform or config.default_model_filename:
+        # Ensembles, custom backends and unknown platforms: left for validation to judge.
+        return
+    # A custom backend, named by the model directory: "<anything>.<backend>" -> backend "<backend>".
+    _, dot, backend = model_name.partition(".")
+    if not dot or not backend:
+        looked_for = ", ".join(_KNOWN_MODEL_FILES)
+        raise ModelConfigError(
+            f"must specify 'platform' or 'backend' for '{model_name}': could not determine the backend, "
+            f"no version directory of {model_dir} holds a known model file ({looked_for}) and the model name "
+            "is not of the form 'model.<backend_name>'"
+        )
+    config.backend = backend
+    config.default_model_filename = f"model.{backend}"
+
+
+__all__ = ["fill_backend_fields", "inspected_version_dir"]

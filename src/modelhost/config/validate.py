@@ -1,0 +1,170 @@
+"""Validation of a completed, normalised model config (Triton core ValidateModelConfig, ValidateInstanceGroup,
+ValidateModelIOConfig and the repository's name check).
+
+Every error is a ModelConfigError whose message is Triton's wording, which names the model and the field, and
+then the config's source in parentheses.
+"""
+
+from __future__ import annotations
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
+
+from modelhost.config import constants as c
+from modelhost.config.invalid import InvalidConfig
+from modelhost.config.normalize import is_ensemble
+from modelhost.config.validate_io import validate_io
+from modelhost.config.validate_schedulers import (
+    validate_dynamic_batching,
+    validate_ensemble,
+    validate_sequence_batching,
+)
+from modelhost.errors import ModelConfigError
+
+
+def _check_name(config: ModelConfig, model_name: str) -> None:
+    if not config.name:
+        raise InvalidConfig(f"model configuration must specify 'name' (model '{model_name}')")
+    if config.name != model_name:
+        raise InvalidConfig(
+            f"unexpected directory name '{model_name}' for model '{config.name}', directory name must equal "
+            "model name"
+        )
+
+
+def _check_platform_backend(config: ModelConfig) -> None:
+    name, platform, backend = config.name, config.platform, config.backend
+    if not backend:
+        if not platform:
+            raise InvalidConfig(f"must specify 'platform' or 'backend' for '{name}'")
+        if platform != c.ENSEMBLE_PLATFORM:
+            raise InvalidConfig(f"unexpected platform type '{platform}' for {name}")
+    elif platform == c.ENSEMBLE_PLATFORM:
+        raise InvalidConfig(
+            f"Ensemble model '{name}' must have platform type '{platform}' and empty backend type"
+        )
+    allowed = c.KNOWN_BACKEND_PLATFORMS.get(backend)
+    if allowed is not None and platform not in allowed:
+        raise InvalidConfig(f"unexpected 'platform' and 'backend' pair, got:{platform}, {backend}")
+    if backend == c.PYTHON_BACKEND and platform:
+        # Triton would hand such a model to a python-based "platform handler"; modelhost runs model.py only.
+        raise InvalidConfig(
+            f"model '{name}' uses the python backend, which must not specify a 'platform' (got '{platform}')"
+        )
+
+
+def _check_version_policy(config: ModelConfig, model_name: str) -> None:
+    if not config.HasField("version_policy"):
+        raise InvalidConfig(f"must specify 'version policy' for {config.name}")
+    policy = config.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if (which == "latest" and policy.latest.num_versions < 1) or (
+        which == "specific" and not policy.specific.versions
+    ):
+        raise InvalidConfig(
+            f"at least one version must be available under the version policy of model '{model_name}' "
+            f"(version_policy {which} selects none)"
+        )
+
+
+def _check_instance_groups(config: ModelConfig, gpu_count: int) -> None:
+    name = config.name
+    if not config.instance_group:
+        raise InvalidConfig(f"must specify one or more 'instance group's for {name}")
+    for group in config.instance_group:
+        where = f"instance group {group.name} of model {name}"
+        if group.count < 1:
+            raise InvalidConfig(f"{where} must specify a positive 'count', got {group.count}")
+        if group.kind == ModelInstanceGroup.KIND_MODEL:
+            if group.gpus:
+                raise InvalidConfig(f"{where} has kind KIND_MODEL but specifies one or more GPUs")
+        elif group.kind == ModelInstanceGroup.KIND_GPU:
+            if not group.gpus:
+                if gpu_count <= 0:
+                    raise InvalidConfig(
+                        f"{where} has kind KIND_GPU but no GPUs are available (this server sees no GPU; use "
+                        "KIND_CPU or KIND_AUTO)"
+                    )
+                raise InvalidConfig(f"{where} has kind KIND_GPU but specifies no GPUs")
+            for gid in group.gpus:
+                if not 0 <= gid < gpu_count:
+                    available = ", ".join(str(i) for i in range(gpu_count)) or "none"
+                    raise InvalidConfig(
+                        f"{where} specifies invalid or unsupported gpu id {gid}. Available GPUs are: "
+                        f"{available}"
+                    )
+        elif group.kind == ModelInstanceGroup.KIND_CPU:
+            if group.gpus:
+                raise InvalidConfig(f"{where} has kind KIND_CPU but specifies one or more GPUs")
+        else:
+            raise InvalidConfig(f"{where} has unexpected kind KIND_AUTO")
+        if group.profile:
+            if config.platform != c.TENSORRT_PLATFORM:
+                raise InvalidConfig(
+                    f"{where} and platform {config.platform} specifies profile field which is only supported "
+                    "for TensorRT models"
+                )
+            for profile in group.profile:
+                if not profile.isdigit():
+                    raise InvalidConfig(
+                        f"{where} and platform {config.platform} specifies invalid profile {profile}. The "
+                        "field should contain the string representation of a non-negative integer."
+                    )
+
+
+def _check_model_metrics(config: ModelConfig) -> None:
+    for metric_control in config.model_metrics.metric_control:
+        if not metric_control.HasField("metric_identifier"):
+            raise InvalidConfig(f"metric control must specify 'metric_identifier' for {config.name}")
+        if not metric_control.metric_identifier.family:
+            raise InvalidConfig(f"metric identifier must specify non-empty 'family' for {config.name}")
+        if not metric_control.HasField("histogram_options"):
+            raise InvalidConfig(f"metric control must specify 'histogram_options' for {config.name}")
+        if not metric_control.histogram_options.buckets:
+            raise InvalidConfig(f"histogram options must specify non-empty 'buckets' for {config.name}")
+
+
+def check_config(config: ModelConfig, model_name: str, gpu_count: int, *, complete: bool = True) -> None:
+    """Raise InvalidConfig for the first broken rule, in Triton's order.
+
+    With complete=False only the rules Triton checks before a backend auto-completes the config are applied
+    (no tensor, no instance group rules).
+    """
+    _check_name(config, model_name)
+    _check_platform_backend(config)
+    if config.max_batch_size < 0:
+        raise InvalidConfig(f"'max_batch_size' must be non-negative value for {config.name}")
+    _check_version_policy(config, model_name)
+    if config.HasField("dynamic_batching"):
+        validate_dynamic_batching(config)
+    if config.HasField("sequence_batching"):
+        validate_sequence_batching(config)
+    if is_ensemble(config):
+        validate_ensemble(config)
+    elif config.platform == c.ENSEMBLE_PLATFORM:
+        raise InvalidConfig(
+            f"ensemble scheduling must be set for ensemble {config.name} whose platform is "
+            f"{c.ENSEMBLE_PLATFORM}"
+        )
+    if config.model_transaction_policy.decoupled and config.response_cache.enable:
+        raise InvalidConfig(
+            f"Response Cache does not currently support model {config.name} with 'decoupled' transaction "
+            "policy. Please disable the response cache."
+        )
+    if config.HasField("model_metrics"):
+        _check_model_metrics(config)
+    if not complete:
+        return
+    if not is_ensemble(config):
+        _check_instance_groups(config, gpu_count)
+    validate_io(config)
+
+
+def validate_config(config: ModelConfig, model_name: str, source: str, gpu_count: int) -> None:
+    """Raise ModelConfigError for the first rule the config breaks; `source` names the config's origin."""
+    try:
+        check_config(config, model_name, gpu_count)
+    except InvalidConfig as err:
+        raise ModelConfigError(f"{err.message} (in {source})") from None
+
+
+__all__ = ["check_config", "validate_config"]

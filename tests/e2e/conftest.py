@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.models import add_identity, add_nobatch, add_reshape, add_versioned_add, copy_examples
+from e2e.server_process import RunningServer, running_server
+
+
+def build_main_repository(repo: Path) -> None:
+    """The repository most end-to-end modules share: examples plus one model per feature under test."""
+    copy_examples(repo, "simple", "simple_string", "identity_fp32", "mlp")
+    for datatype in (
+        "BOOL",
+        "UINT8",
+        "INT8",
+        "INT16",
+        "UINT16",
+        "UINT32",
+        "INT64",
+        "UINT64",
+        "FP16",
+        "FP64",
+        "BYTES",
+    ):
+        add_identity(repo, f"identity_{datatype.lower()}", datatype)
+    add_identity(repo, "classify_fp32", "FP32", dims="[ 4 ]", label_file="labels.txt")
+    (repo / "classify_fp32" / "labels.txt").write_text("cat\ndog\nbird\nfish\n")
+    add_reshape(repo)
+    add_nobatch(repo)
+    add_versioned_add(repo, "versions_latest", (1, 2, 3), "{ latest { num_versions: 2 } }")
+    add_versioned_add(repo, "versions_all", (1, 2, 3), "{ all {} }")
+    add_versioned_add(repo, "versions_specific", (1, 2, 3), "{ specific { versions: [ 1, 3 ] } }")
+
+
+@pytest.fixture(scope="session")
+def main_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("repo")
+    build_main_repository(repo)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def server(main_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    with running_server([main_repository], log) as running:
+        yield running

@@ -1,0 +1,93 @@
+"""Start the real server in a subprocess on free ports, as users run it, and stop it with SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[bytes]
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"localhost:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"localhost:{self.grpc_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def _http_ok(port: int, path: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+            return bool(r.status == 200)
+    except Exception:
+        return False
+
+
+def start_server(
+    repositories: list[Path], log_path: Path, *args: str, wait_ready: bool = True, timeout: float = 60
+) -> RunningServer:
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    command = [sys.executable, "-m", "modelhost", "serve"]
+    command += [f"--model-repository={r}" for r in repositories]
+    command += [f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
+    command += list(args)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = RunningServer(process, http_port, grpc_port, metrics_port, log_path)
+    deadline = time.monotonic() + timeout
+    path = "/v2/health/ready" if wait_ready else "/v2/health/live"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+        if _http_ok(http_port, path):
+            return server
+        time.sleep(0.1)
+    server.stop(signal.SIGKILL)
+    raise RuntimeError(f"server did not become ready in {timeout} s:\n{server.log()}")
+
+
+@contextlib.contextmanager
+def running_server(
+    repositories: list[Path], log_path: Path, *args: str, wait_ready: bool = True
+) -> Iterator[RunningServer]:
+    server = start_server(repositories, log_path, *args, wait_ready=wait_ready)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,176 @@
+"""Startup and shutdown: draining on SIGTERM, --exit-timeout-secs, --exit-on-error, --strict-readiness."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as httpclient
+
+from e2e.models import add_identity, add_slow, copy_examples, write_config
+from e2e.server_process import running_server, start_server
+
+
+def _slow_inputs(iterations: int) -> list[httpclient.InferInput]:
+    iters = httpclient.InferInput("ITERS", [1], "INT64")
+    iters.set_data_from_numpy(np.array([iterations], dtype=np.int64))
+    x = httpclient.InferInput("X", [256, 256], "FP32")
+    x.set_data_from_numpy(np.full((256, 256), 0.001, dtype=np.float32))
+    return [iters, x]
+
+
+@pytest.fixture(scope="module")
+def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("slow_repo")
+    add_slow(repo)
+    copy_examples(repo, "simple")
+    return repo
+
+
+def test_sigterm_lets_in_flight_requests_finish(slow_repo: Path, tmp_path: Path) -> None:
+    server = start_server([slow_repo], tmp_path / "server.log")
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    outcome: dict[str, object] = {}
+
+    def slow_request() -> None:
+        try:
+            outcome["result"] = client.infer("slow", _slow_inputs(2000)).as_numpy("Y")
+        except Exception as e:  # reported by the assertion below
+            outcome["error"] = e
+
+    worker = threading.Thread(target=slow_request)
+    worker.start()
+    time.sleep(0.5)  # the request is running
+    server.process.send_signal(signal.SIGTERM)
+    worker.join(60)
+    assert server.process.wait(30) == 0
+    assert "error" not in outcome, outcome.get("error")
+    assert isinstance(outcome["result"], np.ndarray)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://{server.http_url}/v2/health/live", timeout=2)
+    assert "server stopped" in server.log()
+
+
+def test_exit_timeout_bounds_shutdown(slow_repo: Path, tmp_path: Path) -> None:
+    server = start_server([slow_repo], tmp_path / "server.log", "--exit-timeout-secs=1")
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    worker = threading.Thread(
+        target=lambda: _ignore_errors(lambda: client.infer("slow", _slow_inputs(40000)))
+    )
+    worker.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGINT)
+    assert server.process.wait(20) == 0
+    assert time.monotonic() - started < 15  # the request alone would run ~30 s
+    assert "exit timeout expired with 1 requests still in flight" in server.log()
+    worker.join(60)
+
+
+def _ignore_errors(fn: Callable[[], object]) -> None:
+    with contextlib.suppress(Exception):  # the server may close the connection at exit
+        fn()
+
+
+@pytest.fixture(scope="module")
+def broken_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("broken_repo")
+    copy_examples(repo, "simple")
+    add_identity(repo, "bad_config", "FP32")
+    (repo / "bad_config" / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: "eight"\n'
+    )
+    add_identity(repo, "corrupt_model", "FP32")
+    (repo / "corrupt_model" / "1" / "model.onnx").write_bytes(b"this is not an onnx file")
+    add_identity(repo, "wrong_type", "FP32")
+    write_config(
+        repo / "wrong_type",
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n',
+    )
+    return repo
+
+
+def test_exit_on_error_is_the_default(broken_repo: Path, tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="exited with 1") as e:
+        start_server([broken_repo], tmp_path / "server.log")
+    assert "failed to load all models" in str(e.value)
+
+
+def test_broken_models_are_unavailable_and_others_serve(broken_repo: Path, tmp_path: Path) -> None:
+    with running_server(
+        [broken_repo], tmp_path / "server.log", "--exit-on-error=false", wait_ready=False
+    ) as server:
+        base = f"http://{server.http_url}"
+        # Strict readiness (the default): not ready while a model failed.
+        assert requests.get(f"{base}/v2/health/ready", timeout=5).status_code == 400
+        index = {m["name"]: m for m in requests.post(f"{base}/v2/repository/index", timeout=5).json()}
+        assert index["simple"]["state"] == "READY"
+        for name, words in (
+            ("bad_config", "config.pbtxt"),
+            ("corrupt_model", "corrupt_model"),
+            ("wrong_type", "TYPE_INT32"),
+        ):
+            assert index[name]["state"] == "UNAVAILABLE"
+            assert words in index[name]["reason"], index[name]["reason"]
+            assert index[name]["reason"] in server.log()
+        client = httpclient.InferenceServerClient(server.http_url)
+        a = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+        a.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+        b = httpclient.InferInput("INPUT1", [1, 16], "INT32")
+        b.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+        assert client.infer("simple", [a, b]).as_numpy("OUTPUT0").sum() == 32
+        assert not client.is_model_ready("corrupt_model")
+
+
+def test_non_strict_readiness(broken_repo: Path, tmp_path: Path) -> None:
+    with running_server(
+        [broken_repo], tmp_path / "server.log", "--exit-on-error=false", "--strict-readiness=false"
+    ) as server:
+        assert requests.get(f"http://{server.http_url}/v2/health/ready", timeout=5).status_code == 200
+
+
+def test_duplicate_model_names_across_repositories(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    copy_examples(first, "simple")
+    copy_examples(second, "simple", "identity_fp32")
+    with running_server(
+        [first, second], tmp_path / "server.log", "--exit-on-error=false", wait_ready=False
+    ) as server:
+        index = {
+            m["name"]: m
+            for m in requests.post(f"http://{server.http_url}/v2/repository/index", timeout=5).json()
+        }
+        assert index["simple"]["state"] == "UNAVAILABLE"
+        assert "multiple model repositories" in index["simple"]["reason"]
+        assert index["identity_fp32"]["state"] == "READY"
+
+
+def test_model_config_name_and_ignored_version_dirs(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    add_identity(repo, "ident", "FP32")
+    (repo / "ident" / "configs").mkdir()
+    (repo / "ident" / "configs" / "small.pbtxt").write_text(
+        (repo / "ident" / "config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 2")
+    )
+    # Not versions: a leading zero and a name.
+    save_dir = repo / "ident"
+    (save_dir / "01").mkdir()
+    (save_dir / "latest").mkdir()
+    with running_server([repo], tmp_path / "server.log", "--model-config-name=small") as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.get_model_config("ident")["max_batch_size"] == 2
+        assert client.get_model_metadata("ident")["versions"] == ["1"]
+
+
+def test_missing_repository_fails_to_start(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        start_server([tmp_path / "does-not-exist"], tmp_path / "server.log")
