@@ -46,24 +46,6 @@ def local_repositories(options: ServerOptions) -> list[Path]:
     return paths
 
 
-def _check_ports(options: ServerOptions) -> None:
-    used: dict[tuple[str, int], str] = {}
-    for enabled, name, address, port in (
-        (options.allow_http, "HTTP", options.http_address, options.http_port),
-        (options.allow_grpc, "GRPC", options.grpc_address, options.grpc_port),
-        (options.allow_metrics, "metrics", options.metrics_address, options.metrics_port),
-    ):
-        if not enabled or port == 0:
-            continue
-        key = (address, port)
-        if key in used:
-            raise StartupError(
-                f"The server cannot listen to {name} requests at port {port}, "
-                f"the port is already used by {used[key]}"
-            )
-        used[key] = name
-
-
 def _options_table(options: ServerOptions, repos: list[Path]) -> str:
     rows: list[tuple[str, str]] = [
         ("server_id", options.server_id),
@@ -88,7 +70,6 @@ def _listen_addresses(bound: asyncio.Server) -> str:
 async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> int:
     try:
         repos = local_repositories(options)
-        _check_ports(options)
     except StartupError as e:
         log.error("%s", e)
         return 1

@@ -211,3 +211,19 @@ def test_concurrent_requests_each_get_their_own_answer(
     for i, request in pending:
         np.testing.assert_array_equal(request.get_result().as_numpy("OUTPUT0"), np.full((1, 16), 2 * i))
     pool.close()
+
+
+def test_raw_binary_request(server: RunningServer) -> None:
+    """`Inference-Header-Content-Length: 0`: the body is the one input's bytes; every output comes back binary."""
+    data = np.arange(6, dtype=np.float32)
+    r = requests.post(
+        f"http://{server.http_url}/v2/models/identity_fp32/infer",
+        data=data.tobytes(),
+        headers={"Inference-Header-Content-Length": "0"},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    header_length = int(r.headers["Inference-Header-Content-Length"])
+    header = json.loads(r.content[:header_length])
+    assert header["outputs"][0]["shape"] == [1, 6]
+    np.testing.assert_array_equal(np.frombuffer(r.content[header_length:], dtype=np.float32), data)

@@ -14,6 +14,8 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 
+from modelhost.devices import gpu_count
+
 from e2e.models import add_identity, add_slow, copy_examples, write_config
 from e2e.server_process import running_server, start_server
 
@@ -96,6 +98,7 @@ def broken_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n',
     )
+    add_identity(repo, "gpu_only", "FP32", extra="instance_group [ { kind: KIND_GPU } ]")
     return repo
 
 
@@ -105,6 +108,7 @@ def test_exit_on_error_is_the_default(broken_repo: Path, tmp_path: Path) -> None
     assert "failed to load all models" in str(e.value)
 
 
+@pytest.mark.skipif(gpu_count() > 0, reason="checks the load error on a host without a GPU")
 def test_broken_models_are_unavailable_and_others_serve(broken_repo: Path, tmp_path: Path) -> None:
     with running_server(
         [broken_repo], tmp_path / "server.log", "--exit-on-error=false", wait_ready=False
@@ -118,6 +122,7 @@ def test_broken_models_are_unavailable_and_others_serve(broken_repo: Path, tmp_p
             ("bad_config", "config.pbtxt"),
             ("corrupt_model", "corrupt_model"),
             ("wrong_type", "TYPE_INT32"),
+            ("gpu_only", "KIND_GPU"),
         ):
             assert index[name]["state"] == "UNAVAILABLE"
             assert words in index[name]["reason"], index[name]["reason"]

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up .venv with the test and lint tools, then runs the whole test suite, ruff and mypy.
+# Arguments are passed to pytest (e.g. `scripts/test.sh tests/e2e -x`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+.venv/bin/ruff check src tests benchmarks scripts
+.venv/bin/mypy
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,138 @@
+"""What the server honours from its command line, with tritonserver's defaults.
+
+`ServerOptions` is built by the CLI (modelhost.cli) or directly by code and tests; it validates itself, so a
+server never starts on a value the CLI would have refused. Flags modelhost ignores or refuses never reach it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
+LOG_FORMATS = ("default", "ISO8601")
+
+# --backend-config settings honoured today, by backend ("" = the global settings that apply to every backend).
+# Values are all non-negative integers; the python backend's settings come with the python backend.
+HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
+    "": ("default-max-batch-size",),
+    "onnxruntime": ("default-max-batch-size", "intra_op_thread_count", "inter_op_thread_count"),
+}
+
+
+def parse_address(text: str) -> str:
+    """A bindable host from a tritonserver address: `ipv6:[::1]` and `[::1]` both give `::1`."""
+    host = text.strip()
+    if host.startswith("ipv6:"):
+        host = host[len("ipv6:") :]
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class ServerOptions:
+    # Empty: the caller substitutes the bundled example repository (`modelhost serve` does).
+    model_repositories: list[str] = field(default_factory=list)
+    server_id: str = "triton"
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    metrics_address: str = ""  # "" = the same as http_address, as tritonserver
+    metrics_port: int = 8002
+    allow_http: bool = True
+    allow_grpc: bool = True
+    allow_metrics: bool = True
+    strict_readiness: bool = True
+    exit_on_error: bool = True
+    exit_timeout_secs: int = 30
+    model_config_name: str | None = None
+    auto_complete_config: bool = True
+    http_max_input_size: int = DEFAULT_HTTP_MAX_INPUT_SIZE
+    log_verbose: int = 0
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_format: str = "default"
+    log_file: str | None = None  # None (or "") = stderr
+    # backend name ("" = global) -> setting -> value, as given to --backend-config.
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.metrics_address:
+            # Frozen: the one place a field is filled in after construction.
+            object.__setattr__(self, "metrics_address", self.http_address)
+        problems = _problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def _problems(options: ServerOptions) -> list[str]:
+    problems: list[str] = []
+    for flag, port in (
+        ("--http-port", options.http_port),
+        ("--grpc-port", options.grpc_port),
+        ("--metrics-port", options.metrics_port),
+    ):
+        if not 0 <= port <= 65535:
+            problems.append(f"{flag} must be between 0 and 65535, got {port}")
+    for flag, address in (
+        ("--http-address", options.http_address),
+        ("--grpc-address", options.grpc_address),
+        ("--metrics-address", options.metrics_address),
+    ):
+        if not address:
+            problems.append(f"{flag} must not be empty")
+    if not options.server_id:
+        problems.append("--id must not be empty")
+    if options.exit_timeout_secs < 0:
+        problems.append(f"--exit-timeout-secs must be 0 or more, got {options.exit_timeout_secs}")
+    if options.http_max_input_size <= 0:
+        problems.append(f"--http-max-input-size must be greater than 0, got {options.http_max_input_size}")
+    if options.log_verbose < 0:
+        problems.append(f"--log-verbose must be 0 or more, got {options.log_verbose}")
+    if options.log_format not in LOG_FORMATS:
+        problems.append(f"--log-format must be 'default' or 'ISO8601', got {options.log_format!r}")
+    name = options.model_config_name
+    if name is not None and (not name or any(c.isspace() for c in name) or "/" in name):
+        # tritonserver: "The name should not contain any space character"; a slash would leave configs/.
+        problems.append(f"--model-config-name must be a non-empty name without spaces or '/', got {name!r}")
+    problems.extend(_backend_config_problems(options.backend_config))
+    problems.extend(_port_collisions(options))
+    return problems
+
+
+def _backend_config_problems(config: dict[str, dict[str, str]]) -> list[str]:
+    problems: list[str] = []
+    for backend, settings in config.items():
+        honoured = HONOURED_BACKEND_CONFIG.get(backend)
+        for key, value in settings.items():
+            where = f"{backend},{key}" if backend else key
+            if honoured is None or key not in honoured:
+                problems.append(f"--backend-config {where} is not supported yet")
+            elif not value.isdigit():
+                problems.append(f"--backend-config {where} must be an integer 0 or more, got {value!r}")
+    return problems
+
+
+def _port_collisions(options: ServerOptions) -> list[str]:
+    # tritonserver refuses two enabled services on the same address and port (the same address string, as it
+    # compares). Port 0 asks the OS for a free port, so two services on port 0 never collide here.
+    services = [
+        (name, address, port)
+        for name, enabled, address, port in (
+            ("HTTP", options.allow_http, options.http_address, options.http_port),
+            ("GRPC", options.allow_grpc, options.grpc_address, options.grpc_port),
+            ("metrics", options.allow_metrics, options.metrics_address, options.metrics_port),
+        )
+        if enabled and port != 0
+    ]
+    problems: list[str] = []
+    for i, (name, address, port) in enumerate(services):
+        for other, other_address, other_port in services[i + 1 :]:
+            if address == other_address and port == other_port:
+                problems.append(
+                    f"The server cannot listen to {name} requests and {other} requests "
+                    f"at the same address and port {address}:{port}"
+                )
+    return problems
