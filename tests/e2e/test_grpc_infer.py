@@ -124,3 +124,22 @@ def test_repository_index(client: grpcclient.InferenceServerClient) -> None:
     by_name = {(m["name"], m.get("version")): m for m in index}
     assert by_name[("simple", "1")]["state"] == "READY"
     assert ("versions_all", "3") in by_name
+
+
+def test_stream_with_more_requests_than_its_window(client: grpcclient.InferenceServerClient) -> None:
+    """A stream sending far more than the in-flight window (64) is held back, not dropped or buffered without end."""
+    answers: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    count = 300
+    try:
+        a = np.ones((1, 16), dtype=np.int32)
+        for i in range(count):
+            client.async_stream_infer("simple", [_input("INPUT0", a, "INT32"), _input("INPUT1", a, "INT32")], request_id=str(i))
+        ids = set()
+        for _ in range(count):
+            result, error = answers.get(timeout=30)
+            assert error is None
+            ids.add(result.get_response().id)
+    finally:
+        client.stop_stream()
+    assert ids == {str(i) for i in range(count)}

@@ -19,6 +19,8 @@ log = logging.getLogger("modelhost.grpc")
 T = TypeVar("T")
 
 # Messages up to 2 GiB each way, as Triton (tritonclient raises its own limits to match).
+# Requests of one ModelStreamInfer stream that may be in flight (or answered and not yet sent) at once.
+STREAM_WINDOW = 64
 MESSAGE_OPTIONS = [
     ("grpc.max_send_message_length", 2**31 - 1),
     ("grpc.max_receive_message_length", 2**31 - 1),
@@ -111,23 +113,28 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        """Requests of one stream run concurrently; each answer (or error) is sent as soon as it is ready."""
+        """Requests of one stream run concurrently; each answer (or error) is sent as soon as it is ready.
+
+        At most STREAM_WINDOW requests of a stream are in flight or answered-but-unsent: past that the stream is
+        not read, and HTTP/2 flow control holds the client back, so a fast sender cannot grow memory.
+        """
         metadata = dict(context.invocation_metadata() or ())
         errors_as_status = str(metadata.get("triton_grpc_error", "")).lower() == "true"
         answers: asyncio.Queue[Any] = asyncio.Queue()
+        window = asyncio.Semaphore(STREAM_WINDOW)
         running: set[asyncio.Task[None]] = set()
 
         async def run(request: Any) -> None:
             try:
-                answers.put_nowait(
-                    service_pb2.ModelStreamInferResponse(infer_response=await self._infer_one(request))
-                )
+                answer = service_pb2.ModelStreamInferResponse(infer_response=await self._infer_one(request))
+                answers.put_nowait(answer)
             except ModelhostError as e:
                 log.info("streamed inference of '%s' failed: %s", request.model_name, e)
                 answers.put_nowait(e)
 
         async def read() -> None:
             async for request in request_iterator:
+                await window.acquire()
                 task = asyncio.create_task(run(request))
                 running.add(task)
                 task.add_done_callback(running.discard)
@@ -144,6 +151,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
                     yield service_pb2.ModelStreamInferResponse(error_message=str(item))
                 else:
                     yield item
+                window.release()
         finally:
             reader.cancel()
             for task in list(running):
