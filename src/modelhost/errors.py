@@ -8,7 +8,6 @@
     ├── Unsupported               (501, UNIMPLEMENTED)     features not offered for this model or server
     ├── AlreadyExists             (400, ALREADY_EXISTS)
     ├── Cancelled                 (400, CANCELLED)
-    ├── PayloadTooLarge           (413, RESOURCE_EXHAUSTED) bodies over --http-max-input-size
     ├── UnsupportedMediaType      (415, INVALID_ARGUMENT)  unknown Content-Encoding
     └── InternalError             (500, INTERNAL)          a fault of the server or the backend runtime
 
@@ -63,11 +62,6 @@ class Cancelled(ModelhostError):
     grpc_code = grpc.StatusCode.CANCELLED
 
 
-class PayloadTooLarge(ModelhostError):
-    http_status = 413
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
 class UnsupportedMediaType(ModelhostError):
     http_status = 415
 
@@ -85,7 +79,6 @@ __all__ = [
     "ModelConfigError",
     "ModelhostError",
     "NotFound",
-    "PayloadTooLarge",
     "Unavailable",
     "Unsupported",
     "UnsupportedMediaType",

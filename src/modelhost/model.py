@@ -5,6 +5,7 @@ Everything per model (tensor specs, labels, metadata) is compiled once at load, 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from modelhost.errors import InvalidArgument
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
 from modelhost.metrics import ModelMetrics
 from modelhost.scheduling.instances import InstancePool, Job
+from modelhost.tensor_codec import id_prefix
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
 
 _BATCH_NOTE = (
@@ -26,7 +28,12 @@ _BATCH_NOTE = (
 
 
 def request_prefix(request: InferenceRequest) -> str:
-    return f"[request id: {request.id or '<id_unknown>'}] "
+    return id_prefix(request.id)
+
+
+def _name_list(names: Iterable[str]) -> str:
+    """Names as Triton lists them in messages: ['A','B']."""
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
 class LoadedModel:
@@ -60,37 +67,60 @@ class LoadedModel:
         }
 
     def _model_inputs(self, request: InferenceRequest) -> tuple[Arrays, int]:
-        """Check the inputs against the config; return them model-shaped, and the batch size."""
+        """Check the inputs against the config; return them model-shaped, and the batch size.
+
+        The checks run in the order of Triton's request normalisation, so that a request with several faults
+        gets the error Triton would give: input count, then names and batch sizes, then types and shapes.
+        """
         name = self.name
-        arrays: Arrays = {}
-        batch = 1
-        for i, tensor in enumerate(request.inputs):
-            spec = self.inputs.get(tensor.name)
-            if spec is None:
+        seen: set[str] = set()
+        for tensor in request.inputs:
+            if tensor.name in seen:
                 raise InvalidArgument(
-                    request_prefix(request) + f"unexpected inference input '{tensor.name}' for model '{name}'"
+                    request_prefix(request) + f"input '{tensor.name}' already exists in request"
                 )
-            if tensor.name in arrays:
-                raise InvalidArgument(
-                    request_prefix(request) + f"input '{tensor.name}' appears more than once in the request"
-                )
-            if tensor.datatype != spec.datatype:
-                raise InvalidArgument(
-                    request_prefix(request) + f"inference input '{tensor.name}' data-type is '{tensor.datatype}', "
-                    f"but model '{name}' expects '{spec.datatype}'"
-                )
-            shape = tensor.shape
+            seen.add(tensor.name)
+        if not len(self.required_inputs) <= len(request.inputs) <= len(self.inputs):
+            raise self._count_error(request)
+        batch: int | None = None
+        for tensor in request.inputs:
+            if tensor.name not in self.inputs:
+                # Triton's wording, without the request id, as it words it.
+                raise InvalidArgument(f"unexpected inference input '{tensor.name}' for model '{name}'")
             if self.max_batch_size > 0:
-                if len(shape) == 0 or not shape_matches(shape[1:], spec.dims):
-                    raise self._shape_error(request, tensor, spec)
-                if i == 0:
-                    batch = shape[0]
-                elif shape[0] != batch:
+                if not tensor.shape:
+                    raise InvalidArgument(
+                        request_prefix(request)
+                        + f"input '{tensor.name}' has no shape but model requires batch "
+                        f"dimension for '{name}'"
+                    )
+                if batch is None:
+                    batch = tensor.shape[0]
+                elif tensor.shape[0] != batch:
                     raise InvalidArgument(
                         request_prefix(request)
                         + f"input '{tensor.name}' batch size does not match other inputs for '{name}'"
                     )
-            elif not shape_matches(shape, spec.dims):
+        if any(n not in seen for n in self.required_inputs):
+            # Right count and known names, but an optional input stands in for a required one.
+            raise self._count_error(request)
+        batch = 1 if batch is None else batch
+        if self.max_batch_size > 0 and batch > self.max_batch_size:
+            raise InvalidArgument(
+                request_prefix(request)
+                + f"inference request batch-size must be <= {self.max_batch_size} for '{name}'"
+            )
+        arrays: Arrays = {}
+        for tensor in request.inputs:
+            spec = self.inputs[tensor.name]
+            if tensor.datatype != spec.datatype:
+                raise InvalidArgument(
+                    request_prefix(request)
+                    + f"inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                    f"but model '{name}' expects '{spec.datatype}'"
+                )
+            shape = tensor.shape
+            if not shape_matches(shape[1:] if self.max_batch_size > 0 else shape, spec.dims):
                 raise self._shape_error(request, tensor, spec)
             data = tensor.data
             if spec.reshape is not None:
@@ -99,24 +129,27 @@ class LoadedModel:
                     data = data.reshape(target)
                 except ValueError as e:
                     raise InvalidArgument(
-                        request_prefix(request) + f"input '{tensor.name}' of shape {format_shape(shape)} cannot "
+                        request_prefix(request)
+                        + f"input '{tensor.name}' of shape {format_shape(shape)} cannot "
                         f"be reshaped to {format_shape(target)} for model '{name}'"
                     ) from e
             arrays[tensor.name] = data
-        missing = [n for n in self.required_inputs if n not in arrays]
-        if missing:
-            expected = len(self.required_inputs)
-            raise InvalidArgument(
-                request_prefix(request) + f"expected {expected} inputs but got {len(arrays)} inputs for model "
-                f"'{name}'. Got input(s) {list(arrays)}, but missing required input(s) {missing}. "
-                "Please provide all required input(s)."
-            )
-        if self.max_batch_size > 0 and batch > self.max_batch_size:
-            raise InvalidArgument(
-                request_prefix(request)
-                + f"inference request batch-size must be <= {self.max_batch_size} for '{name}'"
-            )
         return arrays, batch
+
+    def _count_error(self, request: InferenceRequest) -> InvalidArgument:
+        got, expected, required = len(request.inputs), len(self.inputs), len(self.required_inputs)
+        names = {t.name for t in request.inputs}
+        missing = [n for n in self.required_inputs if n not in names]
+        count = (
+            f"{expected} inputs"
+            if required == expected
+            else f"number of inputs between {required} and {expected}"
+        )
+        return InvalidArgument(
+            request_prefix(request) + f"expected {count} but got {got} inputs for model '{self.name}'. Got "
+            f"input(s) {_name_list(t.name for t in request.inputs)}, but missing required input(s) "
+            f"{_name_list(missing)}. Please provide all required input(s)."
+        )
 
     def _shape_error(self, request: InferenceRequest, tensor: Tensor, spec: TensorSpec) -> InvalidArgument:
         message = (
@@ -133,24 +166,25 @@ class LoadedModel:
         names: list[str] = []
         for out in request.outputs:
             if out.name not in self.outputs:
-                raise InvalidArgument(
-                    request_prefix(request) + f"unexpected inference output '{out.name}' for model '{self.name}'"
-                )
+                # Triton's wording, without the request id, as it words it.
+                raise InvalidArgument(f"unexpected inference output '{out.name}' for model '{self.name}'")
             if out.name in names:
+                # Triton (2.51) answers the output once; asking twice is a client mistake worth naming.
                 raise InvalidArgument(
                     request_prefix(request) + f"output '{out.name}' is requested more than once"
                 )
             if out.classification < 0:
                 raise InvalidArgument(
-                    request_prefix(request) + f"classification count for output '{out.name}' must be positive"
+                    f"invalid value for 'classification' parameter of output '{out.name}', expected >= 0"
                 )
             names.append(out.name)
         return names
 
     async def infer(self, request: InferenceRequest) -> tuple[InferenceResponse, int]:
         """The response, and the batch size it ran with."""
-        inputs, batch = self._model_inputs(request)
+        # Requested outputs first, as Triton checks them.
         output_names = self._output_names(request)
+        inputs, batch = self._model_inputs(request)
         results = await self.pool.execute(Job(inputs, output_names, batch))
         classifications = {o.name: o.classification for o in request.outputs if o.classification > 0}
         outputs: list[Tensor] = []

@@ -9,10 +9,9 @@ import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
 
-from modelhost.devices import gpu_count
-
 from e2e.models import add_identity
 from e2e.server_process import running_server
+from modelhost.devices import gpu_count
 
 pytestmark = pytest.mark.skipif(
     gpu_count() == 0 or "CUDAExecutionProvider" not in ort.get_available_providers(),

@@ -134,7 +134,9 @@ def test_stream_with_more_requests_than_its_window(client: grpcclient.InferenceS
     try:
         a = np.ones((1, 16), dtype=np.int32)
         for i in range(count):
-            client.async_stream_infer("simple", [_input("INPUT0", a, "INT32"), _input("INPUT1", a, "INT32")], request_id=str(i))
+            client.async_stream_infer(
+                "simple", [_input("INPUT0", a, "INT32"), _input("INPUT1", a, "INT32")], request_id=str(i)
+            )
         ids = set()
         for _ in range(count):
             result, error = answers.get(timeout=30)

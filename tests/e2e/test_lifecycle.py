@@ -14,10 +14,9 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 
-from modelhost.devices import gpu_count
-
 from e2e.models import add_identity, add_slow, copy_examples, write_config
 from e2e.server_process import running_server, start_server
+from modelhost.devices import gpu_count
 
 
 def _slow_inputs(iterations: int) -> list[httpclient.InferInput]:

@@ -1,33 +1,68 @@
-"""ModelInferRequest / ModelInferResponse <-> core types. Raw contents are read over the message's buffers."""
+"""ModelInferRequest / ModelInferResponse <-> core types. Raw contents are read over the message's buffers.
+
+Malformed requests are refused with Triton's gRPC frontend wording (grpc/infer_handler.cc), checked in its order.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from modelhost.datatypes import WIRE_TO_NUMPY
+from modelhost.datatypes import WIRE_ELEMENT_SIZE, WIRE_TO_NUMPY
 from modelhost.errors import InvalidArgument, Unsupported
-from modelhost.tensor_codec import array_from_raw, element_count, raw_bytes
+from modelhost.tensor_codec import (
+    array_from_raw,
+    byte_size_mismatch,
+    element_count,
+    raw_bytes,
+    string_count_mismatch,
+)
 from modelhost.types import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 
-# Which InferTensorContents field holds each datatype (FP16 and BF16 travel raw only).
-_CONTENTS_FIELD = {
-    "BOOL": "bool_contents",
+# The InferTensorContents fields in the order Triton reads them, each with the datatype its values carry
+# (int_contents and uint_contents also carry the 8- and 16-bit types). FP16 and BF16 travel raw only.
+_CONTENTS_FIELDS = (
+    "bool_contents",
+    "int_contents",
+    "int64_contents",
+    "uint_contents",
+    "uint64_contents",
+    "fp32_contents",
+    "fp64_contents",
+    "bytes_contents",
+)
+_FIELD_TYPE = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+_NARROW = {
     "INT8": "int_contents",
     "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
     "UINT8": "uint_contents",
     "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
 }
-_RESERVED = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+_RESERVED = {
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout",
+    "binary_data_output",
+    "headers",
+}
+# Read by the streaming frontend; the one `triton_` request parameter a client may set.
+_ALLOWED_TRITON = {"triton_enable_empty_final_response"}
+# What std::stol accepts: leading blanks, a sign, digits (Triton parses model_version with it).
+_VERSION = re.compile(r"\s*([+-]?\d+)\s*")
 
 
 def parameter_value(param: Any) -> bool | int | float | str:
@@ -38,84 +73,168 @@ def parameter_value(param: Any) -> bool | int | float | str:
     return value
 
 
-def _parameters(params: Any, where: str) -> Parameters:
+def _wrong_type(key: str, expected: str) -> InvalidArgument:
+    return InvalidArgument(f"invalid value type for '{key}' parameter, expected {expected}.")
+
+
+def _parameters(params: Any) -> Parameters:
+    """The request's parameters, with the value types Triton requires of its reserved ones."""
     out: Parameters = {}
     for key, param in params.items():
-        if key.startswith("triton_"):
-            raise InvalidArgument(
-                f"parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
-                f"specified: '{key}'"
-            )
+        which = param.WhichOneof("parameter_choice")
+        if key == "sequence_id":
+            if which not in ("int64_param", "string_param"):
+                raise _wrong_type(key, "int64_param or string_param")
+        elif key in ("sequence_start", "sequence_end"):
+            if which != "bool_param":
+                raise _wrong_type(key, "bool_param")
+        elif key == "priority":
+            if which not in ("int64_param", "uint64_param"):
+                raise _wrong_type(key, "int64_param or uint64_param")
+            if param.int64_param < 0:
+                raise InvalidArgument("invalid value for 'priority', expected value >= 0.")
+        elif key == "timeout":
+            if which != "int64_param":
+                raise _wrong_type(key, "int64_param")
+        elif key.startswith("triton_") and key not in _ALLOWED_TRITON:
+            raise _triton_reserved()
+        elif which not in ("int64_param", "bool_param", "string_param", "double_param"):
+            raise _wrong_type(key, "int64_param, bool_param, or string_param")
         out[key] = parameter_value(param)
     return out
 
 
-def _typed_contents(tensor: Any, shape: list[int]) -> Any:
-    name, datatype = tensor.name, tensor.datatype
-    field = _CONTENTS_FIELD.get(datatype)
-    if field is None:
-        raise InvalidArgument(f"input '{name}' of type {datatype} must be sent in raw_input_contents")
-    values = getattr(tensor.contents, field)
-    count = element_count(name, shape)
-    if len(values) != count:
-        raise InvalidArgument(
-            f"unexpected number of elements for input '{name}': expected {count} for shape {shape}, "
-            f"got {len(values)} in {field}"
+def _triton_reserved(request_level: bool = True) -> InvalidArgument:
+    if not request_level:
+        # Triton checks only the request's own parameters; those of inputs and outputs are reserved alike here.
+        return InvalidArgument(
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
         )
+    return InvalidArgument(
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting "
+        f"with 'triton_' are allowed: {', '.join(sorted(_ALLOWED_TRITON))}"
+    )
+
+
+def parse_model_version(text: str) -> str:
+    """The model version as Triton reads it (any RPC naming one): "" for the policy's choice, else an integer >= 0."""
+    if not text:
+        return ""
+    m = _VERSION.fullmatch(text)
+    if m is None or not -(2**63) <= int(m.group(1)) < 2**63:
+        raise InvalidArgument(
+            f"failed to get model version from specified version string '{text}' (details: stol), version "
+            "should be an integral value > 0"
+        )
+    version = int(m.group(1))
+    if version < 0:
+        raise InvalidArgument(
+            f"invalid model version specified '{text}' , version should be an integral value > 0"
+        )
+    return str(version)
+
+
+def _typed_contents(tensor: Any, shape: list[int], model: str, request_id: str) -> Any:
+    """Data from the typed `contents` fields, checked as Triton checks them: one field, of the input's type."""
+    name, datatype = tensor.name, tensor.datatype
+    field: str | None = None
+    for candidate in _CONTENTS_FIELDS:
+        if not len(getattr(tensor.contents, candidate)):
+            continue
+        if field is not None:
+            raise InvalidArgument(
+                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', binary data "
+                "was already supplied."
+            )
+        carried = datatype if _NARROW.get(datatype) == candidate else _FIELD_TYPE[candidate]
+        if carried != datatype:
+            raise InvalidArgument(
+                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
+                f"'{carried}', expected datatype '{datatype}'"
+            )
+        field = candidate
+    count = element_count(name, shape, model, request_id)
+    values = getattr(tensor.contents, field) if field is not None else []
     if datatype == "BYTES":
+        if len(values) != count:
+            raise string_count_mismatch(name, count, len(values), model, request_id)
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
+    itemsize = WIRE_ELEMENT_SIZE[datatype]
+    assert itemsize is not None
+    if len(values) != count:
+        raise byte_size_mismatch(name, count * itemsize, len(values) * itemsize, model, request_id)
     try:
         return np.array(values, dtype=WIRE_TO_NUMPY[datatype]).reshape(shape)
     except OverflowError as e:
-        raise InvalidArgument(f"data of input '{name}' does not fit in {datatype}: {e}") from e
+        # Triton keeps the low bytes of an int_contents value for INT8/INT16 (300 becomes 44 as UINT8);
+        # a value that does not fit is refused instead.
+        raise InvalidArgument(f"a value of input '{name}' is out of range for {datatype}") from e
 
 
 def decode_request(msg: Any) -> InferenceRequest:
+    model, request_id = msg.model_name, msg.id
+    version = parse_model_version(msg.model_version)
+    # Parameters before data, as Triton sets a request's metadata before its inputs.
+    params = _parameters(msg.parameters)
     raw = msg.raw_input_contents
-    if raw and len(raw) != len(msg.inputs):
+    if len(raw) > len(msg.inputs):
+        # Triton ignores the extra blobs; more data than inputs is a client's mistake worth naming.
         raise InvalidArgument(
-            f"expected {len(msg.inputs)} raw_input_contents (one per input), got {len(raw)}"
+            f"unexpected additional input data for model '{model}': {len(raw)} raw_input_contents for "
+            f"{len(msg.inputs)} inputs"
         )
     inputs: list[Tensor] = []
     for i, tensor in enumerate(msg.inputs):
         name, datatype = tensor.name, tensor.datatype
-        if datatype not in WIRE_TO_NUMPY:
-            raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
-        shape = [int(d) for d in tensor.shape]
-        element_count(name, shape)
         if "shared_memory_region" in tensor.parameters:
             raise Unsupported("the system shared memory extension is not supported yet")
+        if tensor.HasField("contents") and raw:
+            raise InvalidArgument(
+                f"contents field must not be specified when using raw_input_contents for '{name}' "
+                f"for model '{model}'"
+            )
+        if not tensor.HasField("contents") and i >= len(raw):
+            raise InvalidArgument(
+                f"unable to find data for input tensor '{name}' for model '{model}' in request."
+            )
+        for key in tensor.parameters:
+            if key.startswith("triton_"):
+                raise _triton_reserved(request_level=False)
+        if datatype not in WIRE_TO_NUMPY:
+            raise InvalidArgument(f"invalid datatype for input {name}")
+        shape = [int(d) for d in tensor.shape]
         if raw:
-            if tensor.HasField("contents"):
-                raise InvalidArgument(
-                    f"contents field must not be specified when using raw_input_contents for '{name}' "
-                    f"for model '{msg.model_name}'"
-                )
-            data = array_from_raw(name, datatype, shape, memoryview(raw[i]))
+            data = array_from_raw(name, datatype, shape, memoryview(raw[i]), model, request_id)
         else:
-            data = _typed_contents(tensor, shape)
+            data = _typed_contents(tensor, shape, model, request_id)
         inputs.append(Tensor(name, datatype, shape, data))
     outputs: list[RequestedOutput] = []
     for out in msg.outputs:
         if "shared_memory_region" in out.parameters:
             raise Unsupported("the system shared memory extension is not supported yet")
+        for key in out.parameters:
+            if key.startswith("triton_"):
+                raise _triton_reserved(request_level=False)
         count = 0
         if "classification" in out.parameters:
-            value = parameter_value(out.parameters["classification"])
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidArgument(f"'classification' of output '{out.name}' must be an integer")
-            count = value
+            param = out.parameters["classification"]
+            if param.WhichOneof("parameter_choice") != "int64_param":
+                raise InvalidArgument(
+                    "invalid value type for 'classification' parameter, expected int64_param"
+                )
+            count = param.int64_param
+            if count < 0:
+                raise InvalidArgument("invalid value for 'classification' parameter, expected >= 0")
         outputs.append(RequestedOutput(out.name, None, count))
-    params = _parameters(msg.parameters, "the request")
     return InferenceRequest(
-        model_name=msg.model_name,
-        model_version=msg.model_version,
-        id=msg.id,
+        model_name=model,
+        model_version=version,
+        id=request_id,
         inputs=inputs,
         outputs=outputs,
-        parameters={k: v for k, v in params.items() if k not in _RESERVED},
+        parameters={k: v for k, v in params.items() if k not in _RESERVED and k not in _ALLOWED_TRITON},
     )
 
 

@@ -12,7 +12,7 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from modelhost.errors import ModelhostError, Unsupported
-from modelhost.grpc.codec import decode_request, encode_response
+from modelhost.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.server import Server
 
 log = logging.getLogger("modelhost.grpc")
@@ -57,14 +57,18 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         return service_pb2.ServerReadyResponse(ready=self.server.is_ready())
 
     async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return service_pb2.ModelReadyResponse(ready=self.server.model_ready(request.name, request.version))
+        async def run() -> Any:
+            version = parse_model_version(request.version)
+            return service_pb2.ModelReadyResponse(ready=self.server.model_ready(request.name, version))
+
+        return await _answer(context, f"readiness of '{request.name}'", run)
 
     async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return service_pb2.ServerMetadataResponse(**self.server.metadata())
 
     async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def run() -> Any:
-            meta = self.server.model_metadata(request.name, request.version)
+            meta = self.server.model_metadata(request.name, parse_model_version(request.version))
             response = service_pb2.ModelMetadataResponse(
                 name=meta["name"], versions=meta["versions"], platform=meta["platform"]
             )
@@ -78,7 +82,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
     async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def run() -> Any:
             response = service_pb2.ModelConfigResponse()
-            response.config.CopyFrom(self.server.model_config(request.name, request.version))
+            config = self.server.model_config(request.name, parse_model_version(request.version))
+            response.config.CopyFrom(config)
             return response
 
         return await _answer(context, f"config of '{request.name}'", run)

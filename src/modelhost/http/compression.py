@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import zlib
 
-from modelhost.errors import InvalidArgument, PayloadTooLarge, UnsupportedMediaType
+from modelhost.errors import InvalidArgument, UnsupportedMediaType
+
+
+class InflatedTooLarge(InvalidArgument):
+    """A compressed body that inflates past the size limit (the caller words the message)."""
 
 
 def decode_body(body: bytes, encoding: str, max_size: int) -> bytes:
@@ -32,7 +36,7 @@ def decode_body(body: bytes, encoding: str, max_size: int) -> bytes:
         else:
             raise InvalidArgument(f"failed to decompress the request body ({encoding}): {e}") from e
     if len(out) > max_size or inflater.unconsumed_tail:
-        raise PayloadTooLarge(
+        raise InflatedTooLarge(
             f"decompressed request body exceeds the maximum allowed size of {max_size} bytes"
         )
     return out

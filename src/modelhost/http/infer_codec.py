@@ -6,8 +6,9 @@ encoded once from them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -15,13 +16,27 @@ import orjson
 
 from modelhost.datatypes import WIRE_TO_NUMPY
 from modelhost.errors import InvalidArgument, Unsupported
+from modelhost.io_specs import format_shape
 from modelhost.model import LoadedModel
-from modelhost.tensor_codec import array_from_raw, element_count, parse_shape, raw_bytes
+from modelhost.tensor_codec import array_from_raw, element_count, id_prefix, raw_bytes
 from modelhost.types import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
 
-# Request parameters the server itself interprets (Triton's reserved names).
-_RESERVED = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+# Request parameters the server itself interprets (Triton's reserved names), and the JSON type each must have.
+_RESERVED = {
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout",
+    "binary_data_output",
+    "headers",
+}
+_BOOLEAN_PARAMS = {"sequence_start", "sequence_end", "binary_data_output"}
+_UNSIGNED_PARAMS = {"priority", "timeout"}
 _NO_JSON = {"FP16", "BF16"}
+_TRITON_RESERVED = (
+    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+)
 
 
 @dataclass(slots=True)
@@ -31,63 +46,123 @@ class DecodedInfer:
     binary_all: bool
 
 
-def _check_parameters(params: Any, where: str) -> Parameters:
-    if params is None:
+def _parse_error(field: str, reason: str) -> InvalidArgument:
+    # Triton answers these with 500 "Unable to parse '<field>': <rapidjson's complaint>"; a client's malformed
+    # request is a 400 here, under the same prefix so that code matching on it still matches.
+    return InvalidArgument(f"Unable to parse '{field}': {reason}")
+
+
+def _is_unsigned(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64
+
+
+def _object(value: Any, field: str, where: str) -> dict[str, Any]:
+    if value is None:
         return {}
-    if not isinstance(params, dict):
-        raise InvalidArgument(f"'parameters' of {where} must be a JSON object")
-    for key, value in params.items():
+    if not isinstance(value, dict):
+        raise _parse_error(field, f"{where} must be a JSON object")
+    return value
+
+
+def _no_triton_keys(params: dict[str, Any]) -> None:
+    # Triton checks only the request's own parameters; those of inputs and outputs are reserved alike here.
+    for key in params:
         if key.startswith("triton_"):
+            raise InvalidArgument(_TRITON_RESERVED)
+
+
+def _request_parameters(raw: Any) -> Parameters:
+    params = _object(raw, "parameters", "the request's 'parameters'")
+    _no_triton_keys(params)
+    for key, value in params.items():
+        if key in _BOOLEAN_PARAMS:
+            if not isinstance(value, bool):
+                raise _parse_error(key, "expected a boolean")
+        elif key in _UNSIGNED_PARAMS:
+            if not _is_unsigned(value):
+                raise _parse_error(key, "expected an unsigned integer")
+        elif key == "sequence_id":
+            if not (_is_unsigned(value) or isinstance(value, str)):
+                raise _parse_error(key, "expected an unsigned integer or a string")
+        elif not isinstance(value, bool | int | float | str):
             raise InvalidArgument(
-                f"parameter keys starting with 'triton_' are reserved for Triton usage and should not be "
-                f"specified: '{key}'"
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
             )
-        if not isinstance(value, bool | int | float | str):
-            raise InvalidArgument(f"parameter '{key}' of {where} must be a string, number or boolean")
     return params
 
 
-def _json_data(name: str, datatype: str, shape: list[int], data: Any) -> npt.NDArray[Any]:
+def _shape(name: str, raw: Any) -> list[int]:
+    if not isinstance(raw, list) or not all(_is_unsigned(d) and d < 2**63 for d in raw):
+        raise _parse_error("shape", f"the shape of input '{name}' must be an array of non-negative integers")
+    return raw
+
+
+def _data_mismatch(name: str, shape: list[int], count: int) -> InvalidArgument:
+    return _parse_error(
+        "data",
+        f"Shape does not match true shape of 'data' field: input '{name}' of shape {format_shape(shape)} "
+        f"needs {count} elements",
+    )
+
+
+def _out_of_range(name: str, datatype: str) -> InvalidArgument:
+    return _parse_error("data", f"a value of input '{name}' is out of range for {datatype}")
+
+
+def _json_data(
+    name: str, datatype: str, shape: list[int], data: Any, model: str, request_id: str
+) -> npt.NDArray[Any]:
     if datatype in _NO_JSON:
         raise InvalidArgument(
-            f"receiving input '{name}' of type {datatype} via JSON is not supported. "
-            "Please use the binary data format for input"
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input "
+            f"{name}"
         )
-    count = element_count(name, shape)
+    count = element_count(name, shape, model, request_id)
     if not isinstance(data, list):
-        data = [data]
-    try:
-        if datatype == "BYTES":
+        raise _parse_error("data", f"the data of input '{name}' must be a JSON array")
+    if datatype == "BYTES":
+        try:
             flat = np.asarray(data, dtype=object).ravel()
-            if flat.size != count:
-                raise ValueError
-            out = np.empty(count, dtype=object)
-            for i, item in enumerate(flat):
-                if not isinstance(item, str):
-                    raise InvalidArgument(f"data of BYTES input '{name}' must be strings")
-                out[i] = item.encode("utf-8")
-            return out.reshape(shape)
+        except ValueError as e:
+            raise _data_mismatch(name, shape, count) from e
+        if flat.size != count:
+            raise _data_mismatch(name, shape, count)
+        out = np.empty(count, dtype=object)
+        for i, item in enumerate(flat):
+            if not isinstance(item, str):
+                raise _parse_error("data", f"the data of BYTES input '{name}' must be strings")
+            out[i] = item.encode("utf-8")
+        return out.reshape(shape)
+    try:
         loose = np.asarray(data)
-        kind = loose.dtype.kind
-        target = WIRE_TO_NUMPY[datatype]
-        if loose.size != count:
-            raise ValueError
-        if target.kind == "b" and kind != "b" and loose.size:
-            raise InvalidArgument(f"data of BOOL input '{name}' must be true or false")
-        if target.kind in "iu" and kind not in "iub" and loose.size:
-            raise InvalidArgument(f"data of {datatype} input '{name}' must be integers")
-        if target.kind == "f" and kind not in "iubf" and loose.size:
-            raise InvalidArgument(f"data of {datatype} input '{name}' must be numbers")
-        return np.asarray(loose, dtype=target).reshape(shape)
-    except InvalidArgument:
-        raise
-    except OverflowError as e:
-        raise InvalidArgument(f"data of input '{name}' does not fit in {datatype}: {e}") from e
-    except (ValueError, TypeError) as e:
-        raise InvalidArgument(
-            f"unable to parse 'data' of input '{name}': expected {count} elements of {datatype} "
-            f"for shape {shape}"
-        ) from e
+    except ValueError as e:  # ragged nesting
+        raise _data_mismatch(name, shape, count) from e
+    if loose.size != count:
+        raise _data_mismatch(name, shape, count)
+    if count == 0:
+        return np.empty(shape, dtype=WIRE_TO_NUMPY[datatype])
+    target = WIRE_TO_NUMPY[datatype]
+    kind = loose.dtype.kind
+    if target.kind == "b":
+        if kind != "b":
+            raise _parse_error("data", f"the data of BOOL input '{name}' must be true or false")
+    elif target.kind in "iu":
+        info = np.iinfo(cast("np.dtype[np.integer[Any]]", target))
+        if kind not in "iu":
+            # Mixing negative and past-int64 integers gives float64 (or objects past 64 bits): when every value
+            # is an integer in JSON, they are checked one by one.
+            values = np.asarray(data, dtype=object).ravel() if kind in "fO" else None
+            if values is None or not all(type(v) is int for v in values):
+                raise _parse_error("data", f"the data of {datatype} input '{name}' must be integers")
+            if min(values) < info.min or max(values) > info.max:
+                raise _out_of_range(name, datatype)
+            return np.array(values.tolist(), dtype=target).reshape(shape)
+        # numpy would wrap 300 into a UINT8 silently (as Triton does): a value that does not fit is refused.
+        if loose.min() < info.min or loose.max() > info.max:
+            raise _out_of_range(name, datatype)
+    elif kind not in "iuf":
+        raise _parse_error("data", f"the data of {datatype} input '{name}' must be numbers")
+    return np.asarray(loose, dtype=target).reshape(shape)
 
 
 def decode_json_request(
@@ -98,74 +173,83 @@ def decode_json_request(
     except orjson.JSONDecodeError as e:
         raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from e
     if not isinstance(doc, dict):
-        raise InvalidArgument("the request JSON must be an object")
+        raise _parse_error("inputs", "the request must be a JSON object")
     request_id = doc.get("id", "")
     if not isinstance(request_id, str):
-        raise InvalidArgument("request 'id' must be a string")
-    params = _check_parameters(doc.get("parameters"), "the request")
+        raise _parse_error("id", "expected a string")
+    params = _request_parameters(doc.get("parameters"))
     binary_all = params.get("binary_data_output") is True
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list):
-        raise InvalidArgument("the request JSON must hold an 'inputs' array")
+        raise _parse_error("inputs", "the request must hold an 'inputs' array")
     offset = 0
+    available = 0 if binary is None else len(binary)
     inputs: list[Tensor] = []
     for raw in raw_inputs:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise InvalidArgument("each input must be an object with a string 'name'")
-        name = raw["name"]
+        if not isinstance(raw, dict):
+            raise _parse_error("inputs", "each input must be a JSON object")
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise _parse_error("name", "each input must have a string 'name'")
         datatype = raw.get("datatype")
-        if not isinstance(datatype, str) or datatype not in WIRE_TO_NUMPY:
-            raise InvalidArgument(f"invalid datatype '{datatype}' for input '{name}'")
-        shape = parse_shape(name, raw.get("shape"))
-        in_params = raw.get("parameters") or {}
-        if not isinstance(in_params, dict):
-            raise InvalidArgument(f"'parameters' of input '{name}' must be a JSON object")
-        sources = [k for k in ("data",) if k in raw] + [
-            k for k in ("binary_data_size", "shared_memory_region") if k in in_params
-        ]
+        if not isinstance(datatype, str):
+            raise _parse_error("datatype", f"input '{name}' must have a string 'datatype'")
+        if datatype not in WIRE_TO_NUMPY:
+            raise InvalidArgument(f"invalid datatype for input {name}")
+        shape = _shape(name, raw.get("shape"))
+        in_params = _object(raw.get("parameters"), "parameters", f"the 'parameters' of input '{name}'")
+        _no_triton_keys(in_params)
+        # A JSON null counts as absent, as in Triton.
+        sources = ["data"] if raw.get("data") is not None else []
+        sources += [k for k in ("binary_data_size", "shared_memory_region") if k in in_params]
         if len(sources) != 1:
+            but = "But set " + " ".join(f"'{k}'" for k in sources) if sources else "But no field is set"
             raise InvalidArgument(
-                f"Input '{name}' must set only one of the following fields: 'data', 'binary_data_size' in "
-                "'parameters', 'shared_memory_region' in 'parameters'"
+                "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+                f"'shared_memory_region' in 'parameters'. {but}"
             )
         if sources[0] == "shared_memory_region":
             raise Unsupported("the system shared memory extension is not supported yet")
         if sources[0] == "data":
-            data = _json_data(name, datatype, shape, raw["data"])
+            data = _json_data(name, datatype, shape, raw["data"], model_name, request_id)
         else:
             size = in_params["binary_data_size"]
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                raise InvalidArgument(f"'binary_data_size' of input '{name}' must be a non-negative integer")
-            if binary is None or offset + size > len(binary):
+            if not _is_unsigned(size):
+                raise _parse_error("binary_data_size", f"expected an unsigned integer for input '{name}'")
+            if offset + size > available:
                 raise InvalidArgument(
-                    f"unexpected binary data size for input '{name}': the body holds "
-                    f"{0 if binary is None else len(binary) - offset} more bytes, binary_data_size is {size}"
+                    f"unexpected size for input '{name}', expecting {offset + size - available} additional "
+                    f"bytes for model '{model_name}'"
                 )
-            data = array_from_raw(name, datatype, shape, binary[offset : offset + size])
+            assert binary is not None
+            data = array_from_raw(
+                name, datatype, shape, binary[offset : offset + size], model_name, request_id
+            )
             offset += size
         inputs.append(Tensor(name, datatype, shape, data))
-    if binary is not None and offset != len(binary):
-        raise InvalidArgument(
-            f"unexpected additional input data for model '{model_name}': the body holds {len(binary) - offset} "
-            "bytes past the inputs' binary_data_size"
-        )
+    if offset != available:
+        raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")
     outputs: list[RequestedOutput] = []
-    raw_outputs = doc.get("outputs") or []
+    raw_outputs = doc.get("outputs")
+    if raw_outputs is None:
+        raw_outputs = []
     if not isinstance(raw_outputs, list):
-        raise InvalidArgument("'outputs' must be an array")
+        raise _parse_error("outputs", "expected a JSON array")
     for raw in raw_outputs:
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise InvalidArgument("each requested output must be an object with a string 'name'")
-        out_params = raw.get("parameters") or {}
-        if not isinstance(out_params, dict):
-            raise InvalidArgument(f"'parameters' of output '{raw['name']}' must be a JSON object")
+            raise _parse_error("name", "each requested output must be a JSON object with a string 'name'")
+        out_name = raw["name"]
+        out_params = _object(raw.get("parameters"), "parameters", f"the 'parameters' of output '{out_name}'")
+        _no_triton_keys(out_params)
         if "shared_memory_region" in out_params:
             raise Unsupported("the system shared memory extension is not supported yet")
         want_binary = out_params.get("binary_data")
+        if want_binary is not None and not isinstance(want_binary, bool):
+            raise _parse_error("binary_data", f"expected a boolean for output '{out_name}'")
         count = out_params.get("classification", 0)
-        if not isinstance(count, int) or isinstance(count, bool):
-            raise InvalidArgument(f"'classification' of output '{raw['name']}' must be an integer")
-        outputs.append(RequestedOutput(raw["name"], want_binary if isinstance(want_binary, bool) else None, count))
+        if not _is_unsigned(count):
+            raise _parse_error("classification", f"expected an unsigned integer for output '{out_name}'")
+        outputs.append(RequestedOutput(out_name, want_binary, count))
     request = InferenceRequest(
         model_name=model_name,
         model_version=version,
@@ -178,37 +262,46 @@ def decode_json_request(
 
 
 def decode_raw_request(model: LoadedModel, version: str, body: bytes) -> DecodedInfer:
-    """`Inference-Header-Content-Length: 0`: the whole body is the one input of a one-input model."""
+    """`Inference-Header-Content-Length: 0`: the whole body is the one input of a one-input model.
+
+    The shape is deduced from the config as Triton does (batch 1, the one variable dim from the body size),
+    with Triton's messages when it cannot be.
+    """
+    prefix = id_prefix("")
     if len(model.inputs) != 1:
         raise InvalidArgument(
-            f"raw binary request body is only supported for models with exactly one input, and model "
-            f"'{model.name}' has {len(model.inputs)}"
+            prefix
+            + f"Raw request must only have 1 input (found 1) to be deduced but got {len(model.inputs)} "
+            f"inputs in '{model.name}' model configuration"
         )
     spec = next(iter(model.inputs.values()))
     dims = list(spec.dims)
+    batch = [1] if model.max_batch_size > 0 else []
+    if dims.count(-1) > 1:
+        raise InvalidArgument(
+            prefix
+            + f"The shape of the raw input '{spec.name}' can not be deduced because there are more than "
+            "one variable-sized dimension"
+        )
+    known = math.prod(d for d in dims if d != -1)
     if spec.datatype == "BYTES":
-        shape = [1]
-    else:
-        if dims.count(-1) > 1:
+        if -1 in dims or known != 1:
             raise InvalidArgument(
-                f"raw binary request body needs at most one variable dimension in input '{spec.name}'"
+                prefix + f"For BYTE datatype raw input '{spec.name}', the model must have input shape [1]"
             )
-        if -1 in dims:
-            known = int(np.prod([d for d in dims if d != -1])) * spec.dtype.itemsize
-            if known == 0 or len(body) % known:
-                raise InvalidArgument(
-                    f"raw binary request body of {len(body)} bytes does not fit input '{spec.name}'"
-                )
-            dims[dims.index(-1)] = len(body) // known
-        shape = dims
-    if model.max_batch_size > 0 and spec.datatype != "BYTES":
-        shape = [1, *shape]
-    if spec.datatype == "BYTES":
-        data = np.array([bytes(body)], dtype=object).reshape([1, 1] if model.max_batch_size > 0 else [1])
-        shape = list(data.shape)
+        # The body is the one element itself, without the length prefix of the binary format.
+        data = np.empty(1, dtype=object)
+        data[0] = bytes(body)
+        shape = batch + dims
+        tensor = Tensor(spec.name, "BYTES", shape, data.reshape(shape))
     else:
-        data = array_from_raw(spec.name, spec.datatype, shape, memoryview(body))
-    request = InferenceRequest(model_name=model.name, model_version=version, inputs=[Tensor(spec.name, spec.datatype, shape, data)])
+        if -1 in dims:
+            itemsize = spec.dtype.itemsize
+            dims[dims.index(-1)] = len(body) // (known * itemsize) if known else 0
+        shape = batch + dims
+        data = array_from_raw(spec.name, spec.datatype, shape, memoryview(body), model.name)
+        tensor = Tensor(spec.name, spec.datatype, shape, data)
+    request = InferenceRequest(model_name=model.name, model_version=version, inputs=[tensor])
     return DecodedInfer(request, binary_all=True)
 
 
@@ -229,8 +322,8 @@ def encode_response(
             blobs.append(blob)
         elif tensor.datatype in _NO_JSON:
             raise InvalidArgument(
-                f"sending output '{tensor.name}' of type {tensor.datatype} via JSON is not supported. "
-                "Please use the binary data format for output"
+                f"sending {tensor.datatype} data via JSON is not supported. Please use the binary data format for "
+                "output"
             )
         elif tensor.datatype == "BYTES":
             entry["data"] = [

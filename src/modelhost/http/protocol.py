@@ -26,7 +26,6 @@ _REASONS = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
-    413: "Payload Too Large",
     415: "Unsupported Media Type",
     500: "Internal Server Error",
     501: "Not Implemented",
@@ -188,6 +187,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.writelines([("".join(head)).encode("latin-1"), response.body])
 
     def _fail(self, status: int, message: str) -> None:
+        log.info("closing a connection: %s", message)
         self._write(error_response(status, message), keep_alive=False)
         self._close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from urllib.parse import unquote
@@ -9,10 +10,11 @@ from urllib.parse import unquote
 import orjson
 
 from modelhost.errors import InternalError, InvalidArgument, ModelhostError
-from modelhost.http.compression import choose_encoding, decode_body, encode_body
-from modelhost.http.infer_codec import decode_json_request, decode_raw_request, encode_response
+from modelhost.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
+from modelhost.http.infer_codec import DecodedInfer, decode_json_request, decode_raw_request, encode_response
 from modelhost.http.protocol import HttpRequest, HttpResponse, error_response
 from modelhost.server import Server
+from modelhost.types import InferenceResponse
 
 log = logging.getLogger("modelhost.http")
 
@@ -22,6 +24,9 @@ _MODEL = re.compile(
     r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
 )
 _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+# Past these sizes a request is decoded, and its answer encoded, off the event loop.
+_LARGE_BODY = 1 << 20
+_LARGE_OUTPUT_ELEMENTS = 1 << 18
 _SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 _NOT_YET = {
     "/v2/models/stats": "the statistics extension",
@@ -68,14 +73,10 @@ class HttpRoutes:
 
     async def _route(self, request: HttpRequest) -> HttpResponse:
         if request.too_large:
-            raise InvalidArgument(
-                f"HTTP request body exceeds the maximum allowed size of {self.max_input_size} bytes "
-                "(--http-max-input-size)"
-            )
+            raise self._too_large(request)
         path = request.path
-        if path.startswith("/v2/models/") and (m := _MODEL.fullmatch(path)):
-            if path != "/v2/models/stats":
-                return await self._model(request, unquote(m.group(1)), m.group(2) or "", m.group(3) or "")
+        if path.startswith("/v2/models/") and path != "/v2/models/stats" and (m := _MODEL.fullmatch(path)):
+            return await self._model(request, unquote(m.group(1)), m.group(2) or "", m.group(3) or "")
         if m := _HEALTH.fullmatch(path):
             if request.method != "GET":
                 return _method_not_allowed()
@@ -92,8 +93,30 @@ class HttpRoutes:
             return error_response(501, f"{_NOT_YET[path]} is not supported yet")
         return error_response(404, "Not Found")
 
+    def _too_large(self, request: HttpRequest, decompressed: bool = False) -> InvalidArgument:
+        # Triton's wording and status (400, not 413): its tests match "exceeds the maximum allowed value" and,
+        # for JSON bodies, "Request JSON size" and "Use --http-max-input-size to increase the limit".
+        what = (
+            "Request JSON size"
+            if "inference-header-content-length" not in request.headers
+            else "Request size"
+        )
+        length = request.headers.get("content-length", "")
+        size = f" of {length} bytes" if length.isdigit() and not decompressed else ""
+        after = " after decompression" if decompressed else ""
+        return InvalidArgument(
+            f"{what}{size} exceeds the maximum allowed value of {self.max_input_size} bytes{after}. "
+            "Use --http-max-input-size to increase the limit."
+        )
+
     async def _model(self, request: HttpRequest, name: str, version: str, action: str) -> HttpResponse:
         server = self.server
+        if version and int(version) >= 2**63:
+            # The route admits any digits; Triton parses them with std::stol.
+            raise InvalidArgument(
+                f"failed to get model version from specified version string '{version}' (details: stol), "
+                "version should be an integral value > 0"
+            )
         if action == "infer":
             if request.method != "POST":
                 return _method_not_allowed()
@@ -103,7 +126,9 @@ class HttpRoutes:
         if action == "":
             return _json(server.model_metadata(name, version))
         if action == "ready":
-            return _ok() if server.model_ready(name, version) else error_response(400, "Model version not ready")
+            return (
+                _ok() if server.model_ready(name, version) else error_response(400, "Model version not ready")
+            )
         if action == "config":
             return _json(server.model_config_json(name, version))
         if action in ("generate", "generate_stream"):
@@ -138,27 +163,28 @@ class HttpRoutes:
     def _body(self, request: HttpRequest) -> bytes:
         encoding = request.headers.get("content-encoding")
         if encoding:
-            return decode_body(request.body, encoding, self.max_input_size)
+            try:
+                return decode_body(request.body, encoding, self.max_input_size)
+            except InflatedTooLarge as e:
+                raise self._too_large(request, decompressed=True) from e
         return request.body
 
-    async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+    def _decode(self, request: HttpRequest, name: str, version: str) -> DecodedInfer:
         body = self._body(request)
         header_length = request.headers.get("inference-header-content-length")
         if header_length is None:
-            decoded = decode_json_request(name, version, body, None)
-        else:
-            if not header_length.strip().isdigit() or int(header_length) > len(body):
-                raise InvalidArgument(
-                    f"Inference-Header-Content-Length {header_length!r} is out of range for a body of "
-                    f"{len(body)} bytes"
-                )
-            length = int(header_length)
-            if length == 0:
-                decoded = decode_raw_request(self.server.registry.get(name, version), version, body)
-            else:
-                view = memoryview(body)
-                decoded = decode_json_request(name, version, view[:length], view[length:])
-        response = await self.server.infer(decoded.request)
+            return decode_json_request(name, version, body, None)
+        if not header_length.strip().isdigit() or int(header_length) > len(body):
+            raise InvalidArgument(
+                f"inference header size should be in range (0, {len(body)}), got: {header_length}"
+            )
+        length = int(header_length)
+        if length == 0:
+            return decode_raw_request(self.server.registry.get(name, version), version, body)
+        view = memoryview(body)
+        return decode_json_request(name, version, view[:length], view[length:])
+
+    def _encode(self, name: str, response: InferenceResponse, decoded: DecodedInfer) -> HttpResponse:
         try:
             payload, json_length = encode_response(response, decoded.request, decoded.binary_all)
         except ModelhostError:
@@ -173,3 +199,15 @@ class HttpRoutes:
             content_type="application/octet-stream",
             headers=[("Inference-Header-Content-Length", str(json_length))],
         )
+
+    async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+        # Large bodies are decoded and encoded on a worker thread: parsing 64 MiB of JSON or millions of BYTES
+        # elements takes seconds, and the event loop must keep serving everyone else meanwhile.
+        if len(request.body) > _LARGE_BODY:
+            decoded = await asyncio.to_thread(self._decode, request, name, version)
+        else:
+            decoded = self._decode(request, name, version)
+        response = await self.server.infer(decoded.request)
+        if sum(t.data.size for t in response.outputs) > _LARGE_OUTPUT_ELEMENTS:
+            return await asyncio.to_thread(self._encode, name, response, decoded)
+        return self._encode(name, response, decoded)
