@@ -1,0 +1,131 @@
+"""The instance pool through its seam, with a fake backend instance."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from modelhost.backends.base import Arrays
+from modelhost.scheduling.instances import INLINE_MAX_INPUT_BYTES, InstancePool, Job
+
+
+class FakeInstance:
+    def __init__(self, name: str, delay: float = 0.0, fail: bool = False) -> None:
+        self.name = name
+        self.delay = delay
+        self.fail = fail
+        self.threads: list[str] = []
+        self.active = 0
+        self.max_active = 0
+        self.closed = False
+
+    def execute(self, inputs: Arrays, output_names: list[str]) -> Arrays:
+        self.threads.append(threading.current_thread().name)
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+            if self.fail:
+                raise ValueError("boom")
+            return {"OUT": inputs["IN"] + 1}
+        finally:
+            self.active -= 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def job(size: int = 4) -> Job:
+    return Job({"IN": np.zeros(size, dtype=np.float32)}, ["OUT"], 1)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_fast_model_moves_onto_the_event_loop_after_warmup() -> None:
+    instance = FakeInstance("fast")
+    pool = InstancePool([instance])
+
+    async def go() -> None:
+        for _ in range(40):
+            out = await pool.execute(job())
+            assert out["OUT"].tolist() == [1, 1, 1, 1]
+
+    run(go())
+    main = threading.main_thread().name
+    assert all(t != main for t in instance.threads[:16])  # timed on the worker thread first
+    assert instance.threads[-1] == main
+    assert pool.runs_inline
+    pool.close()
+    assert instance.closed
+
+
+def test_large_inputs_never_run_inline() -> None:
+    instance = FakeInstance("fast")
+    pool = InstancePool([instance])
+
+    async def go() -> None:
+        for _ in range(20):
+            await pool.execute(job())
+        await pool.execute(job(INLINE_MAX_INPUT_BYTES))  # float32: 4x the limit
+
+    run(go())
+    assert pool.runs_inline
+    assert instance.threads[-1] != threading.main_thread().name
+    pool.close()
+
+
+def test_slow_model_stays_on_worker_threads_and_instances_run_in_parallel() -> None:
+    instances = [FakeInstance("a", delay=0.05), FakeInstance("b", delay=0.05)]
+    pool = InstancePool(list(instances))
+
+    async def go() -> float:
+        started = time.monotonic()
+        await asyncio.gather(*(pool.execute(job()) for _ in range(8)))
+        return time.monotonic() - started
+
+    elapsed = run(go())
+    assert not pool.runs_inline
+    assert all(i.max_active == 1 for i in instances)  # an instance is never entered twice at once
+    assert len(instances[0].threads) + len(instances[1].threads) == 8
+    assert instances[0].threads and instances[1].threads  # both took work
+    assert elapsed < 8 * 0.05  # not one after the other
+    pool.close()
+
+
+def test_errors_reach_the_caller_and_free_the_instance() -> None:
+    instance = FakeInstance("bad", fail=True)
+    pool = InstancePool([instance])
+
+    async def go() -> None:
+        for _ in range(3):
+            with pytest.raises(ValueError, match="boom"):
+                await pool.execute(job())
+
+    run(go())
+    pool.close()
+
+
+def test_cancelled_waiter_does_not_lose_the_instance() -> None:
+    instance = FakeInstance("slow", delay=0.05)
+    pool = InstancePool([instance])
+
+    async def go() -> None:
+        first = asyncio.create_task(pool.execute(job()))
+        await asyncio.sleep(0.01)
+        waiting = asyncio.create_task(pool.execute(job()))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        await first
+        # The instance is free again: a new request is served.
+        assert (await asyncio.wait_for(pool.execute(job()), 5))["OUT"].tolist() == [1, 1, 1, 1]
+
+    run(go())
+    pool.close()
