@@ -129,3 +129,41 @@ def test_cancelled_waiter_does_not_lose_the_instance() -> None:
 
     run(go())
     pool.close()
+
+
+def test_many_cancelled_waiters_leave_the_pool_consistent() -> None:
+    """Waiters cancelled while an instance is being handed over (a client going away mid-stream)."""
+    instance = FakeInstance("slow", delay=0.01)
+    pool = InstancePool([instance])
+
+    async def go() -> None:
+        tasks = [asyncio.create_task(pool.execute(job())) for _ in range(20)]
+        await asyncio.sleep(0.015)
+        for task in tasks[1::2]:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        served = [r for r in results if isinstance(r, dict)]
+        assert served and all(r["OUT"].tolist() == [1, 1, 1, 1] for r in served)
+        assert all(isinstance(r, dict | asyncio.CancelledError) for r in results)
+        assert (await asyncio.wait_for(pool.execute(job()), 5))["OUT"].tolist() == [1, 1, 1, 1]
+
+    run(go())
+    assert instance.max_active == 1
+    pool.close()
+
+
+def test_waiter_cancelled_in_the_same_step_as_a_release() -> None:
+    pool = InstancePool([FakeInstance("one")])
+
+    async def go() -> None:
+        worker = await pool._acquire()
+        waiting = asyncio.create_task(pool._acquire())
+        await asyncio.sleep(0)  # the waiter is queued
+        waiting.cancel()  # cancels its future at once; the task itself runs later
+        pool._release(worker)  # drops the cancelled waiter and keeps the instance idle
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert (await asyncio.wait_for(pool.execute(job()), 5))["OUT"].tolist() == [1, 1, 1, 1]
+
+    run(go())
+    pool.close()

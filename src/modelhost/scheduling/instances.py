@@ -79,7 +79,7 @@ class InstancePool:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self._release(waiter.result())  # handed over just as we were cancelled: pass it on
-            else:
+            elif waiter in self._waiters:  # _release may already have dropped it as cancelled
                 self._waiters.remove(waiter)
             raise
 
