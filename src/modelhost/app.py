@@ -15,7 +15,7 @@ from modelhost.grpc.service import start_grpc_server
 from modelhost.http.protocol import HttpProtocol, start_http_server
 from modelhost.http.routes import HttpRoutes
 from modelhost.logs import log_table
-from modelhost.metrics import Metrics, start_metrics_server
+from modelhost.metrics import start_metrics_server
 from modelhost.options import ServerOptions
 from modelhost.registry import LoadSettings, ModelRegistry
 from modelhost.server import EXTENSIONS, Server
@@ -84,8 +84,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     await registry.load_all()
     log.info("\n%s", log_table(["Model", "Version", "Status"], registry.status_rows()))
     log.info("\n%s", _options_table(options, repos))
-    metrics = Metrics()
-    server = Server(registry, metrics, server_id=options.server_id, strict_readiness=options.strict_readiness)
+    server = Server(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
     if options.exit_on_error and not registry.all_ready():
         log.error("failed to load all models; exiting (--exit-on-error=true)")
         server.close()
@@ -107,7 +106,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         if options.allow_metrics:
             metrics_server = await start_metrics_server(
-                metrics, options.metrics_address, options.metrics_port
+                server.statistics, options.metrics_address, options.metrics_port
             )
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
     except OSError as e:

@@ -1,94 +1,95 @@
 """Prometheus metrics with Triton's family names, served on the metrics port at /metrics.
 
-So far the per-model request counters (the rest of Triton's families come with the observability work). They
-are rendered by hand in the text exposition format because Triton's counters carry no `_total` suffix, which
-prometheus-client would add. Counters are plain integers updated on the event loop thread only.
+The per-model counters are rendered from the same statistics the statistics extension serves (stats.py), so
+the two can never disagree. They are written by hand in the text exposition format because Triton's counters
+carry no `_total` suffix, which prometheus-client would add.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from modelhost.http.protocol import HttpRequest, HttpResponse, error_response, start_http_server
+from modelhost.stats import ModelStats
 
-_FAMILIES = (
-    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
-    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes"),
-    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
-    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)"),
-    ("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds"),
-)
-FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
-
-
-@dataclass(slots=True)
-class ModelMetrics:
-    """The counters of one model version."""
-
-    model: str
-    version: str
-    success: int = 0
-    inferences: int = 0
-    executions: int = 0
-    duration_us: int = 0
-    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
-
-    def succeeded(self, batch_size: int, duration_ns: int) -> None:
-        self.success += 1
-        self.inferences += batch_size
-        self.executions += 1
-        self.duration_us += duration_ns // 1000
-
-    def failed(self, reason: str, duration_ns: int) -> None:
-        self.failures[reason] += 1
-        self.duration_us += duration_ns // 1000
-
-
-class Metrics:
-    def __init__(self) -> None:
-        self.models: dict[tuple[str, str], ModelMetrics] = {}
-
-    def for_model(self, model: str, version: str) -> ModelMetrics:
-        key = (model, version)
-        found = self.models.get(key)
-        if found is None:
-            found = self.models[key] = ModelMetrics(model, version)
-        return found
-
-    def render(self) -> bytes:
-        lines: list[str] = []
-        rows = sorted(self.models.values(), key=lambda m: (m.model, m.version))
-        for name, help_text in _FAMILIES:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} counter")
-            for m in rows:
-                labels = f'model="{_escape(m.model)}",version="{_escape(m.version)}"'
-                if name == "nv_inference_request_failure":
-                    for reason, count in m.failures.items():
-                        lines.append(f'{name}{{{labels},reason="{reason}"}} {count}')
-                    continue
-                value = {
-                    "nv_inference_request_success": m.success,
-                    "nv_inference_count": m.inferences,
-                    "nv_inference_exec_count": m.executions,
-                    "nv_inference_request_duration_us": m.duration_us,
-                }[name]
-                lines.append(f"{name}{{{labels}}} {value}")
-        return ("\n".join(lines) + "\n").encode()
+# (family, help, value of one model version); durations in microseconds, as Triton exports them.
+_COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        lambda s: s.success.count,
+    ),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        lambda s: s.inference_count,
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+        lambda s: s.execution_count,
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+        lambda s: (s.success.ns + s.fail.ns) // 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds",
+        lambda s: s.queue.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        lambda s: s.compute_input.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        lambda s: s.compute_infer.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+        lambda s: s.compute_output.ns // 1000,
+    ),
+]
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-async def start_metrics_server(metrics: Metrics, host: str, port: int) -> asyncio.Server:
+def render(models: list[ModelStats]) -> bytes:
+    lines = [
+        "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes",
+        "# TYPE nv_inference_request_failure counter",
+    ]
+    labels = [f'model="{_escape(s.name)}",version="{_escape(s.version)}"' for s in models]
+    for stats, label in zip(models, labels, strict=True):
+        for reason, count in stats.failures.items():
+            lines.append(f'nv_inference_request_failure{{{label},reason="{reason}"}} {count}')
+    for name, help_text, value in _COUNTERS:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} counter")
+        for stats, label in zip(models, labels, strict=True):
+            lines.append(f"{name}{{{label}}} {value(stats)}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def start_metrics_server(
+    models: Callable[[], list[ModelStats]], host: str, port: int
+) -> asyncio.Server:
+    """Serve /metrics; `models` gives the statistics of the versions to export at the time of the scrape."""
+
     async def handle(request: HttpRequest) -> HttpResponse:
         if request.path != "/metrics":
             return error_response(404, "Not Found")
         if request.method != "GET":
             return error_response(405, "Method Not Allowed")
-        return HttpResponse(200, metrics.render(), content_type="text/plain; charset=utf-8; version=0.0.4")
+        return HttpResponse(200, render(models()), content_type="text/plain; charset=utf-8; version=0.0.4")
 
     server, _ = await start_http_server(handle, host, port, max_body=1 << 16)
     return server

@@ -5,6 +5,7 @@ Everything per model (tensor specs, labels, metadata) is compiled once at load, 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ from modelhost.backends.base import Arrays
 from modelhost.classification import classify, read_labels
 from modelhost.errors import InvalidArgument
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
-from modelhost.metrics import ModelMetrics
 from modelhost.scheduling.instances import InstancePool, Job
+from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
 
@@ -51,7 +52,7 @@ class LoadedModel:
         self.all_output_names = list(self.outputs)
         self.labels = {n: read_labels(model_dir, s.label_filename) for n, s in self.outputs.items()}
         self.platform = config.platform or config.backend
-        self.metrics: ModelMetrics | None = None  # attached by the server on first use
+        self.stats = ModelStats(name, self.version_str)
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -180,12 +181,17 @@ class LoadedModel:
             names.append(out.name)
         return names
 
-    async def infer(self, request: InferenceRequest) -> tuple[InferenceResponse, int]:
-        """The response, and the batch size it ran with."""
+    async def infer(self, request: InferenceRequest) -> tuple[InferenceResponse, RequestTiming]:
+        """The response, and where the request spent its time."""
+        started = time.perf_counter_ns()
         # Requested outputs first, as Triton checks them.
         output_names = self._output_names(request)
         inputs, batch = self._model_inputs(request)
-        results = await self.pool.execute(Job(inputs, output_names, batch))
+        job = Job(inputs, output_names, batch)
+        timing = job.timing
+        timing.input_ns = time.perf_counter_ns() - started
+        results = await self.pool.execute(job)
+        output_started = time.perf_counter_ns()
         classifications = {o.name: o.classification for o in request.outputs if o.classification > 0}
         outputs: list[Tensor] = []
         for name in output_names:
@@ -201,7 +207,9 @@ class LoadedModel:
             elif array.dtype != spec.dtype and datatype != "BYTES":
                 array = np.asarray(array, dtype=spec.dtype)
             outputs.append(Tensor(name, datatype, list(array.shape), array))
-        return InferenceResponse(self.name, self.version_str, request.id, outputs), batch
+        timing.output_ns = time.perf_counter_ns() - output_started
+        self.stats.executed(batch, timing.input_ns, timing.infer_ns, timing.output_ns)
+        return InferenceResponse(self.name, self.version_str, request.id, outputs), timing
 
     def close(self) -> None:
         self.pool.close()

@@ -237,6 +237,15 @@ class ModelRegistry:
             return []
         return [str(v) for v, e in sorted(entry.versions.items()) if e.state == ModelState.READY]
 
+    def ready_models(self) -> list[LoadedModel]:
+        """Every ready model version, by name then version."""
+        return [
+            v.model
+            for _, entry in sorted(self.models.items())
+            for _, v in sorted(entry.versions.items())
+            if v.state == ModelState.READY and v.model is not None
+        ]
+
     def all_ready(self) -> bool:
         for entry in self.models.values():
             if entry.error:

@@ -10,27 +10,21 @@ from typing import Any
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config import config_to_json
 from modelhost.errors import ModelhostError, Unavailable
-from modelhost.metrics import Metrics
 from modelhost.registry import ModelRegistry
+from modelhost.stats import ModelStats
 from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.server")
 
 # Extensions listed in server metadata: only the ones this server implements.
-EXTENSIONS = ["classification", "model_configuration", "binary_tensor_data", "parameters"]
+EXTENSIONS = ["classification", "model_configuration", "binary_tensor_data", "parameters", "statistics"]
 
 
 class Server:
     def __init__(
-        self,
-        registry: ModelRegistry,
-        metrics: Metrics | None = None,
-        *,
-        server_id: str = "triton",
-        strict_readiness: bool = True,
+        self, registry: ModelRegistry, *, server_id: str = "triton", strict_readiness: bool = True
     ) -> None:
         self.registry = registry
-        self.metrics = metrics or Metrics()
         self.server_id = server_id
         self.strict_readiness = strict_readiness
         self.live = True
@@ -69,6 +63,15 @@ class Server:
     def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
         return config_to_json(self.model_config(name, version))
 
+    def statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
+        """Statistics of one model version, of every ready version of a model, or of every ready model."""
+        if name and version:
+            return [self.registry.get(name, version).stats]
+        if name:
+            self.registry.get(name)  # unknown model or no ready version: Triton's errors
+            return [m.stats for m in self.registry.ready_models() if m.name == name]
+        return [m.stats for m in self.registry.ready_models()]
+
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.registry.index(ready_only)
 
@@ -78,22 +81,20 @@ class Server:
         if not self.accepting:
             raise Unavailable("Server is shutting down: no new inference requests are accepted")
         model = self.registry.get(request.model_name, request.model_version)
-        counters = model.metrics
-        if counters is None:
-            counters = model.metrics = self.metrics.for_model(model.name, model.version_str)
+        stats = model.stats
         self._in_flight += 1
         self._drained.clear()
         started = time.perf_counter_ns()
         try:
-            response, batch = await model.infer(request)
+            response, timing = await model.infer(request)
         except ModelhostError as e:
-            counters.failed("BACKEND" if e.http_status >= 500 else "OTHER", time.perf_counter_ns() - started)
+            stats.failed(time.perf_counter_ns() - started, "BACKEND" if e.http_status >= 500 else "OTHER")
             raise
         except BaseException:
-            counters.failed("CANCELED", time.perf_counter_ns() - started)
+            stats.failed(time.perf_counter_ns() - started, "CANCELED")
             raise
         else:
-            counters.succeeded(batch, time.perf_counter_ns() - started)
+            stats.succeeded(time.perf_counter_ns() - started, timing)
             return response
         finally:
             self._in_flight -= 1

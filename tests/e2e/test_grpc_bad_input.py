@@ -488,8 +488,13 @@ def test_other_rpcs_status_codes(stub: Any) -> None:
         grpc.StatusCode.UNAVAILABLE,
         "explicit model load / unload is not allowed if polling is enabled",
     )
+    expect_error(
+        lambda: stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name="nope"), timeout=10),
+        NOT_FOUND,
+        "Request for unknown model: 'nope' is not found",
+    )
     with pytest.raises(grpc.RpcError) as e:
-        stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name="simple"), timeout=10)
+        stub.TraceSetting(service_pb2.TraceSettingRequest(), timeout=10)
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

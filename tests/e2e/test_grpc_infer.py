@@ -145,3 +145,14 @@ def test_stream_with_more_requests_than_its_window(client: grpcclient.InferenceS
     finally:
         client.stop_stream()
     assert ids == {str(i) for i in range(count)}
+
+
+def test_statistics(client: grpcclient.InferenceServerClient) -> None:
+    a = np.ones((2, 16), dtype=np.int32)
+    before = client.get_inference_statistics("simple", as_json=True)["model_stats"][0]
+    client.infer("simple", [_input("INPUT0", a, "INT32"), _input("INPUT1", a, "INT32")])
+    after = client.get_inference_statistics("simple", as_json=True)["model_stats"][0]
+    assert int(after["inference_count"]) - int(before.get("inference_count", 0)) == 2
+    assert int(after["execution_count"]) - int(before.get("execution_count", 0)) == 1
+    assert int(after["inference_stats"]["success"]["count"]) >= 1
+    assert any(int(b["batch_size"]) == 2 for b in after["batch_stats"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import requests
@@ -104,9 +106,63 @@ def test_load_unload_refused_in_none_mode(client: httpclient.InferenceServerClie
 
 
 def test_extensions_not_yet_supported_say_so(client: httpclient.InferenceServerClient) -> None:
-    with pytest.raises(InferenceServerException, match="statistics extension is not supported yet") as e:
-        client.get_inference_statistics("simple")
+    with pytest.raises(InferenceServerException, match="trace extension is not supported yet") as e:
+        client.get_trace_settings()
     assert e.value.status() == "501"
+
+
+def _simple_inputs(batch: int) -> list[httpclient.InferInput]:
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = httpclient.InferInput(name, [batch, 16], "INT32")
+        tensor.set_data_from_numpy(np.ones((batch, 16), dtype=np.int32))
+        inputs.append(tensor)
+    return inputs
+
+
+def test_statistics(client: httpclient.InferenceServerClient) -> None:
+    def stats() -> dict[str, Any]:
+        found = client.get_inference_statistics("simple")["model_stats"]
+        assert len(found) == 1
+        return found[0]
+
+    before = stats()
+    client.infer("simple", _simple_inputs(1))
+    client.infer("simple", _simple_inputs(3))
+    with pytest.raises(InferenceServerException):
+        client.infer("simple", _simple_inputs(9))  # over max_batch_size: fails before execution
+    after = stats()
+    assert after["name"] == "simple"
+    assert after["version"] == "1"
+    assert after["inference_count"] - before["inference_count"] == 4
+    assert after["execution_count"] - before["execution_count"] == 2
+    inference = after["inference_stats"]
+    assert inference["success"]["count"] - before["inference_stats"]["success"]["count"] == 2
+    assert inference["fail"]["count"] - before["inference_stats"]["fail"]["count"] == 1
+    for key in ("queue", "compute_input", "compute_infer", "compute_output"):
+        assert inference[key]["count"] == inference["success"]["count"]
+        assert inference[key]["ns"] > 0
+    assert inference["success"]["ns"] >= inference["compute_infer"]["ns"]
+    assert set(inference) == {
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    }
+    sizes = {b["batch_size"]: b for b in after["batch_stats"]}
+    assert sizes[3]["compute_infer"]["count"] >= 1
+    assert after["last_inference"] > 1_700_000_000_000  # milliseconds since the epoch
+    every = client.get_inference_statistics()["model_stats"]
+    assert {"simple", "mlp", "versions_all"} <= {s["name"] for s in every}
+    assert [s["version"] for s in every if s["name"] == "versions_all"] == ["1", "2", "3"]
+    assert client.get_inference_statistics("versions_all", "2")["model_stats"][0]["version"] == "2"
+    with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope' is not found") as e:
+        client.get_inference_statistics("nope")
+    assert e.value.status() == "404"
 
 
 def test_metrics_count_requests(server: RunningServer, client: httpclient.InferenceServerClient) -> None:
@@ -121,7 +177,7 @@ def test_metrics_count_requests(server: RunningServer, client: httpclient.Infere
         text = requests.get(f"http://localhost:{server.metrics_port}/metrics", timeout=5).text
         found = {}
         for line in text.splitlines():
-            if line.startswith("nv_inference") and 'model="simple"' in line and "reason" not in line:
+            if line.startswith("nv_inference") and 'model="simple",' in line and "reason" not in line:
                 name, value = line.rsplit(" ", 1)
                 found[name.split("{")[0]] = float(value)
         return found
@@ -132,3 +188,6 @@ def test_metrics_count_requests(server: RunningServer, client: httpclient.Infere
     after = counts()
     assert after["nv_inference_request_success"] - before.get("nv_inference_request_success", 0) == 3
     assert after["nv_inference_count"] - before.get("nv_inference_count", 0) == 6
+    assert after["nv_inference_exec_count"] - before.get("nv_inference_exec_count", 0) == 3
+    for family in ("queue", "compute_input", "compute_infer", "compute_output"):
+        assert f"nv_inference_{family}_duration_us" in after

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import json_format  # type: ignore[import-untyped]
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from modelhost.errors import ModelhostError, Unsupported
@@ -88,6 +89,16 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, f"config of '{request.name}'", run)
 
+    async def ModelStatistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            version = parse_model_version(request.version)
+            response = service_pb2.ModelStatisticsResponse()
+            for stats in self.server.statistics(request.name, version):
+                json_format.ParseDict(stats.to_json(), response.model_stats.add())
+            return response
+
+        return await _answer(context, f"statistics of '{request.name or '*'}'", run)
+
     async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def run() -> Any:
             if request.repository_name:
@@ -164,7 +175,6 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
             with contextlib.suppress(BaseException):
                 await reader
 
-    ModelStatistics = _not_yet("the statistics extension")
     SystemSharedMemoryStatus = _not_yet("the system shared memory extension")
     SystemSharedMemoryRegister = _not_yet("the system shared memory extension")
     SystemSharedMemoryUnregister = _not_yet("the system shared memory extension")

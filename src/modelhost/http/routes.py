@@ -29,7 +29,6 @@ _LARGE_BODY = 1 << 20
 _LARGE_OUTPUT_ELEMENTS = 1 << 18
 _SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 _NOT_YET = {
-    "/v2/models/stats": "the statistics extension",
     "/v2/trace/setting": "the trace extension",
     "/v2/logging": "the logging extension",
 }
@@ -77,6 +76,10 @@ class HttpRoutes:
         path = request.path
         if path.startswith("/v2/models/") and path != "/v2/models/stats" and (m := _MODEL.fullmatch(path)):
             return await self._model(request, unquote(m.group(1)), m.group(2) or "", m.group(3) or "")
+        if path == "/v2/models/stats":
+            if request.method != "GET":
+                return _method_not_allowed()
+            return self._statistics("", "")
         if m := _HEALTH.fullmatch(path):
             if request.method != "GET":
                 return _method_not_allowed()
@@ -134,8 +137,11 @@ class HttpRoutes:
         if action in ("generate", "generate_stream"):
             return error_response(501, "the generate extension is not supported yet")
         if action == "stats":
-            return error_response(501, "the statistics extension is not supported yet")
+            return self._statistics(name, version)
         return error_response(501, "the trace extension is not supported yet")
+
+    def _statistics(self, name: str, version: str) -> HttpResponse:
+        return _json({"model_stats": [s.to_json() for s in self.server.statistics(name, version)]})
 
     def _repository(self, request: HttpRequest, repo: str | None, action: str) -> HttpResponse:
         if request.method != "POST":

@@ -17,9 +17,10 @@ import asyncio
 import collections
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from modelhost.backends.base import Arrays, ModelInstance
+from modelhost.stats import RequestTiming
 
 # Run on the event loop while the typical execution is shorter than this, and the inputs smaller than that.
 INLINE_MAX_NS = 100_000
@@ -34,6 +35,8 @@ class Job:
     inputs: Arrays
     output_names: list[str]
     batch_size: int
+    # The pool fills in queue_ns (waiting for an instance) and infer_ns (the execution).
+    timing: RequestTiming = field(default_factory=RequestTiming)
 
 
 class _Worker:
@@ -97,23 +100,25 @@ class InstancePool:
         return result, time.perf_counter_ns() - started
 
     async def execute(self, job: Job) -> Arrays:
+        queued = time.perf_counter_ns()
         worker = await self._acquire()
+        job.timing.queue_ns = time.perf_counter_ns() - queued
         if self.runs_inline and sum(a.nbytes for a in job.inputs.values()) <= INLINE_MAX_INPUT_BYTES:
             try:
                 result, elapsed = self._timed(worker, job)
             finally:
                 self._release(worker)
-            self._observe(elapsed)
-            return result
-        try:
-            future = asyncio.get_running_loop().run_in_executor(worker.thread, self._timed, worker, job)
-        except BaseException:
-            self._release(worker)
-            raise
-        # The instance stays taken until the runtime returns, even if the caller goes away meanwhile.
-        future.add_done_callback(lambda _f: self._release(worker))
-        result, elapsed = await asyncio.shield(future)
+        else:
+            try:
+                future = asyncio.get_running_loop().run_in_executor(worker.thread, self._timed, worker, job)
+            except BaseException:
+                self._release(worker)
+                raise
+            # The instance stays taken until the runtime returns, even if the caller goes away meanwhile.
+            future.add_done_callback(lambda _f: self._release(worker))
+            result, elapsed = await asyncio.shield(future)
         self._observe(elapsed)
+        job.timing.infer_ns = elapsed
         return result
 
     def close(self) -> None:
