@@ -156,11 +156,11 @@ def test_waiter_cancelled_in_the_same_step_as_a_release() -> None:
     pool = InstancePool([FakeInstance("one")])
 
     async def go() -> None:
-        worker = await pool._acquire()
-        waiting = asyncio.create_task(pool._acquire())
+        worker = await pool.acquire()
+        waiting = asyncio.create_task(pool.acquire())
         await asyncio.sleep(0)  # the waiter is queued
         waiting.cancel()  # cancels its future at once; the task itself runs later
-        pool._release(worker)  # drops the cancelled waiter and keeps the instance idle
+        pool.release(worker)  # drops the cancelled waiter and keeps the instance idle
         with pytest.raises(asyncio.CancelledError):
             await waiting
         assert (await asyncio.wait_for(pool.execute(job()), 5))["OUT"].tolist() == [1, 1, 1, 1]

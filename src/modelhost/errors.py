@@ -4,7 +4,8 @@
     ├── InvalidArgument           (400, INVALID_ARGUMENT)  malformed or inconsistent requests
     │   └── ModelConfigError      (400, INVALID_ARGUMENT)  an invalid config.pbtxt or override
     ├── NotFound                  (404, NOT_FOUND)         unknown model, version, input, output
-    ├── Unavailable               (503, UNAVAILABLE)       model not ready, queue full, shutting down
+    ├── Unavailable               (503, UNAVAILABLE)       model not ready, shutting down
+    │   └── Rejected              (503, UNAVAILABLE)       queue full, timed out while queued
     ├── Unsupported               (501, UNIMPLEMENTED)     features not offered for this model or server
     ├── AlreadyExists             (400, ALREADY_EXISTS)
     ├── Cancelled                 (400, CANCELLED)
@@ -22,6 +23,8 @@ import grpc
 class ModelhostError(Exception):
     http_status: int = 400
     grpc_code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT
+    # The `reason` label of nv_inference_request_failure when a request fails with this error.
+    failure_reason: str = "OTHER"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -49,6 +52,10 @@ class Unavailable(ModelhostError):
     grpc_code = grpc.StatusCode.UNAVAILABLE
 
 
+class Rejected(Unavailable):
+    failure_reason = "REJECTED"
+
+
 class Unsupported(ModelhostError):
     http_status = 501
     grpc_code = grpc.StatusCode.UNIMPLEMENTED
@@ -69,6 +76,7 @@ class UnsupportedMediaType(ModelhostError):
 class InternalError(ModelhostError):
     http_status = 500
     grpc_code = grpc.StatusCode.INTERNAL
+    failure_reason = "BACKEND"
 
 
 __all__ = [
@@ -79,6 +87,7 @@ __all__ = [
     "ModelConfigError",
     "ModelhostError",
     "NotFound",
+    "Rejected",
     "Unavailable",
     "Unsupported",
     "UnsupportedMediaType",

@@ -16,6 +16,7 @@ from modelhost.backends.base import Arrays
 from modelhost.classification import classify, read_labels
 from modelhost.errors import InvalidArgument
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
+from modelhost.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.scheduling.instances import InstancePool, Job
 from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix
@@ -53,6 +54,10 @@ class LoadedModel:
         self.labels = {n: read_labels(model_dir, s.label_filename) for n, s in self.outputs.items()}
         self.platform = config.platform or config.backend
         self.stats = ModelStats(name, self.version_str)
+        # The scheduler in front of the instances (scheduling/): a request alone on an idle instance, or batched.
+        self.batcher = (
+            DynamicBatcher(pool, config, self.stats) if config.HasField("dynamic_batching") else None
+        )
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -190,7 +195,10 @@ class LoadedModel:
         job = Job(inputs, output_names, batch)
         timing = job.timing
         timing.input_ns = time.perf_counter_ns() - started
-        results = await self.pool.execute(job)
+        if self.batcher is not None and self.max_batch_size > 0:
+            results = await self.batcher.execute(job, request.priority, request.timeout_us)
+        else:
+            results = await self.pool.execute(job)
         output_started = time.perf_counter_ns()
         classifications = {o.name: o.classification for o in request.outputs if o.classification > 0}
         outputs: list[Tensor] = []
@@ -208,7 +216,8 @@ class LoadedModel:
                 array = np.asarray(array, dtype=spec.dtype)
             outputs.append(Tensor(name, datatype, list(array.shape), array))
         timing.output_ns = time.perf_counter_ns() - output_started
-        self.stats.executed(batch, timing.input_ns, timing.infer_ns, timing.output_ns)
+        if self.batcher is None or self.max_batch_size == 0:
+            self.stats.executed(batch, timing.input_ns, timing.infer_ns, timing.output_ns)
         return InferenceResponse(self.name, self.version_str, request.id, outputs), timing
 
     def close(self) -> None:

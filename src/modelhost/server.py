@@ -88,7 +88,7 @@ class Server:
         try:
             response, timing = await model.infer(request)
         except ModelhostError as e:
-            stats.failed(time.perf_counter_ns() - started, "BACKEND" if e.http_status >= 500 else "OTHER")
+            stats.failed(time.perf_counter_ns() - started, e.failure_reason)
             raise
         except BaseException:
             stats.failed(time.perf_counter_ns() - started, "CANCELED")

@@ -45,6 +45,9 @@ class InferenceRequest:
     # Empty = every output of the model.
     outputs: list[RequestedOutput] = field(default_factory=list)
     parameters: Parameters = field(default_factory=dict)
+    # Scheduling parameters (Triton's reserved `priority` and `timeout`): 0 = the model's defaults.
+    priority: int = 0
+    timeout_us: int = 0
 
 
 @dataclass(slots=True)

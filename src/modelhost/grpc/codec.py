@@ -234,6 +234,8 @@ def decode_request(msg: Any) -> InferenceRequest:
         id=request_id,
         inputs=inputs,
         outputs=outputs,
+        priority=int(params.get("priority", 0)),
+        timeout_us=int(params.get("timeout", 0)),
         parameters={k: v for k, v in params.items() if k not in _RESERVED and k not in _ALLOWED_TRITON},
     )
 

@@ -256,6 +256,8 @@ def decode_json_request(
         id=request_id,
         inputs=inputs,
         outputs=outputs,
+        priority=int(params.get("priority", 0)),
+        timeout_us=int(params.get("timeout", 0)),
         parameters={k: v for k, v in params.items() if k not in _RESERVED},
     )
     return DecodedInfer(request, binary_all)

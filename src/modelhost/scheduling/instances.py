@@ -39,7 +39,7 @@ class Job:
     timing: RequestTiming = field(default_factory=RequestTiming)
 
 
-class _Worker:
+class Worker:
     def __init__(self, instance: ModelInstance) -> None:
         self.instance = instance
         # One thread per instance: an instance is never entered by two threads at once.
@@ -52,9 +52,9 @@ class _Worker:
 
 class InstancePool:
     def __init__(self, instances: list[ModelInstance]) -> None:
-        self._workers = [_Worker(i) for i in instances]
-        self._idle: list[_Worker] = list(reversed(self._workers))
-        self._waiters: collections.deque[asyncio.Future[_Worker]] = collections.deque()
+        self._workers = [Worker(i) for i in instances]
+        self._idle: list[Worker] = list(reversed(self._workers))
+        self._waiters: collections.deque[asyncio.Future[Worker]] = collections.deque()
         self._runs = 0
         self._typical_ns = 0.0  # moving average of execution times
 
@@ -72,21 +72,22 @@ class InstancePool:
         else:
             self._typical_ns += _EWMA_WEIGHT * (elapsed_ns - self._typical_ns)
 
-    async def _acquire(self) -> _Worker:
+    async def acquire(self) -> Worker:
+        """The next idle instance (waiting in FIFO order for one); hand it to `run` or back to `release`."""
         if self._idle:
             return self._idle.pop()
-        waiter: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Worker] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
             return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
-                self._release(waiter.result())  # handed over just as we were cancelled: pass it on
-            elif waiter in self._waiters:  # _release may already have dropped it as cancelled
+                self.release(waiter.result())  # handed over just as we were cancelled: pass it on
+            elif waiter in self._waiters:  # release may already have dropped it as cancelled
                 self._waiters.remove(waiter)
             raise
 
-    def _release(self, worker: _Worker) -> None:
+    def release(self, worker: Worker) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -94,32 +95,36 @@ class InstancePool:
                 return
         self._idle.append(worker)
 
-    def _timed(self, worker: _Worker, job: Job) -> tuple[Arrays, int]:
+    def _timed(self, worker: Worker, job: Job) -> tuple[Arrays, int]:
         started = time.perf_counter_ns()
         result = worker.instance.execute(job.inputs, job.output_names)
         return result, time.perf_counter_ns() - started
 
-    async def execute(self, job: Job) -> Arrays:
-        queued = time.perf_counter_ns()
-        worker = await self._acquire()
-        job.timing.queue_ns = time.perf_counter_ns() - queued
+    async def run(self, worker: Worker, job: Job) -> Arrays:
+        """Execute `job` on an acquired instance, then release it (even if the caller goes away meanwhile)."""
         if self.runs_inline and sum(a.nbytes for a in job.inputs.values()) <= INLINE_MAX_INPUT_BYTES:
             try:
                 result, elapsed = self._timed(worker, job)
             finally:
-                self._release(worker)
+                self.release(worker)
         else:
             try:
                 future = asyncio.get_running_loop().run_in_executor(worker.thread, self._timed, worker, job)
             except BaseException:
-                self._release(worker)
+                self.release(worker)
                 raise
-            # The instance stays taken until the runtime returns, even if the caller goes away meanwhile.
-            future.add_done_callback(lambda _f: self._release(worker))
+            future.add_done_callback(lambda _f: self.release(worker))
             result, elapsed = await asyncio.shield(future)
         self._observe(elapsed)
         job.timing.infer_ns = elapsed
         return result
+
+    async def execute(self, job: Job) -> Arrays:
+        """The default scheduler: each request alone, on the first idle instance."""
+        queued = time.perf_counter_ns()
+        worker = await self.acquire()
+        job.timing.queue_ns = time.perf_counter_ns() - queued
+        return await self.run(worker, job)
 
     def close(self) -> None:
         for worker in self._workers:

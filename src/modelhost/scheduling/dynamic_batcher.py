@@ -1,0 +1,325 @@
+"""The dynamic batcher: requests of one model version queue here and run together, batched by rows.
+
+Triton's semantics (`dynamic_batching` in the config):
+- a batch is counted in rows (the first dimension), never more than `max_batch_size`;
+- requests join a batch only when their inputs have the same names, types and non-batch shapes;
+- with an instance free, the batcher sends the largest preferred batch size it can form at once; failing that,
+  it waits for more requests until the oldest queued one has waited `max_queue_delay_microseconds`, and sends
+  what it has then (a full `max_batch_size` batch goes at once);
+- `priority_levels` queues, 1 the highest; a request's `priority` 0 (or out of range) means the default level;
+- queue policies per level: `max_queue_size` (full: "Exceeds maximum queue size" at once), timeouts with the
+  REJECT or DELAY action, and the request's own `timeout` where `allow_timeout_override` lets it shorten them;
+- `preserve_ordering`: answers are released in the order the requests arrived.
+
+One dispatcher task per batcher takes an idle instance, forms a batch for it and starts it, then takes the next
+idle instance: several instances drain one queue. A batch is one `np.concatenate` per input; each request gets
+views of the outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from modelhost.backends.base import Arrays
+from modelhost.errors import Rejected
+from modelhost.scheduling.instances import InstancePool, Job, Worker
+from modelhost.stats import ModelStats
+
+_TIMEOUT_MESSAGE = "Request timeout expired"
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    reject_on_timeout: bool = True  # REJECT (True) or DELAY (False)
+    default_timeout_ns: int = 0  # 0 = none
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0  # 0 = unbounded
+
+    @staticmethod
+    def from_config(policy: Any) -> QueuePolicy:
+        return QueuePolicy(
+            reject_on_timeout=policy.timeout_action == 0,  # ModelQueuePolicy.REJECT
+            default_timeout_ns=int(policy.default_timeout_microseconds) * 1000,
+            allow_timeout_override=bool(policy.allow_timeout_override),
+            max_queue_size=int(policy.max_queue_size),
+        )
+
+    def timeout_ns(self, requested_us: int) -> int:
+        requested = requested_us * 1000
+        # A request may only shorten the policy's timeout (or set one where the policy has none).
+        shorter = self.default_timeout_ns == 0 or requested < self.default_timeout_ns
+        if self.allow_timeout_override and requested > 0 and shorter:
+            return requested
+        return self.default_timeout_ns
+
+
+@dataclass(eq=False, slots=True)
+class Pending:
+    job: Job
+    key: tuple[Any, ...]
+    level: int
+    future: asyncio.Future[Arrays]
+    enqueued_ns: int
+    deadline_ns: int = 0
+    expired: bool = False  # DELAY policy: timed out, served after everything else
+    removed: bool = False  # taken into a batch, rejected, or abandoned by its caller
+    timer: asyncio.TimerHandle | None = None
+
+
+def batch_key(inputs: Arrays) -> tuple[Any, ...]:
+    """Requests with equal keys can be concatenated along the batch dimension."""
+    return tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(inputs.items()))
+
+
+@dataclass(slots=True)
+class _Level:
+    policy: QueuePolicy
+    queue: collections.deque[Pending] = field(default_factory=collections.deque)
+    delayed: collections.deque[Pending] = field(default_factory=collections.deque)
+    size: int = 0  # requests queued (not removed), for max_queue_size
+
+
+class DynamicBatcher:
+    def __init__(self, pool: InstancePool, config: Any, stats: ModelStats) -> None:
+        db = config.dynamic_batching
+        self.pool = pool
+        self.stats = stats
+        self.max_batch_size = max(1, int(config.max_batch_size))
+        self.preferred = {int(p) for p in db.preferred_batch_size if 0 < int(p) <= self.max_batch_size}
+        self.delay_ns = int(db.max_queue_delay_microseconds) * 1000
+        self.preserve_ordering = bool(db.preserve_ordering)
+        levels = max(1, int(db.priority_levels))
+        # Config validation keeps default_priority_level within [1, priority_levels] when levels are set.
+        self.default_level = int(db.default_priority_level) if db.priority_levels else 1
+        default_policy = QueuePolicy.from_config(db.default_queue_policy)
+        self.levels: dict[int, _Level] = {}
+        for level in range(1, levels + 1):
+            policy = db.priority_queue_policy.get(level)
+            self.levels[level] = _Level(
+                QueuePolicy.from_config(policy) if policy is not None else default_policy
+            )
+        self.max_priority = levels if db.priority_levels else 0
+        self._arrived = asyncio.Event()
+        self._dispatcher: asyncio.Task[None] | None = None
+        # preserve_ordering: each answer waits for the answer of the request before it.
+        self._last_answer: asyncio.Future[None] | None = None
+        self._delay_env = _env_delay()
+        self._running: set[asyncio.Task[None]] = set()
+
+    # -- queueing ------------------------------------------------------------------------------------------
+
+    def _level_of(self, priority: int) -> int:
+        # Triton: priority 0, or one past the configured levels, means the default level.
+        if priority == 0 or priority > self.max_priority:
+            return self.default_level
+        return priority
+
+    def queued(self) -> int:
+        return sum(level.size for level in self.levels.values())
+
+    async def execute(self, job: Job, priority: int = 0, timeout_us: int = 0) -> Arrays:
+        level_no = self._level_of(priority)
+        level = self.levels[level_no]
+        if level.policy.max_queue_size and level.size >= level.policy.max_queue_size:
+            raise Rejected("Exceeds maximum queue size")
+        loop = asyncio.get_running_loop()
+        now = time.perf_counter_ns()
+        pending = Pending(job, batch_key(job.inputs), level_no, loop.create_future(), now)
+        timeout = level.policy.timeout_ns(timeout_us)
+        if timeout:
+            pending.deadline_ns = now + timeout
+            pending.timer = loop.call_later(timeout / 1e9, self._expire, pending)
+        level.queue.append(pending)
+        level.size += 1
+        self._arrived.set()
+        if self._dispatcher is None or self._dispatcher.done():
+            self._dispatcher = loop.create_task(self._dispatch())
+        try:
+            return await pending.future
+        finally:
+            if not pending.removed:  # the caller went away while queued
+                self._remove(pending)
+
+    def _remove(self, pending: Pending) -> None:
+        pending.removed = True
+        self.levels[pending.level].size -= 1
+        if pending.timer is not None:
+            pending.timer.cancel()
+
+    def _expire(self, pending: Pending) -> None:
+        if pending.removed:
+            return
+        if self.levels[pending.level].policy.reject_on_timeout:
+            self._remove(pending)
+            if not pending.future.done():
+                pending.future.set_exception(Rejected(_TIMEOUT_MESSAGE))
+        else:
+            pending.expired = True
+            self.levels[pending.level].delayed.append(pending)
+
+    # -- batch forming -------------------------------------------------------------------------------------
+
+    def _candidates(self) -> list[Pending]:
+        """Queued requests in the order they may be batched: by level, oldest first; delayed ones last."""
+        ordered: list[Pending] = []
+        for level in self.levels.values():
+            while level.queue and level.queue[0].removed:
+                level.queue.popleft()
+            ordered.extend(p for p in level.queue if not p.removed and not p.expired)
+        for level in self.levels.values():
+            while level.delayed and level.delayed[0].removed:
+                level.delayed.popleft()
+            ordered.extend(p for p in level.delayed if not p.removed)
+        return ordered
+
+    def _form(self, force: bool) -> list[Pending] | None:
+        """The batch to send now, or None to wait for more requests."""
+        candidates = self._candidates()
+        if not candidates:
+            return None
+        head = candidates[0]
+        batch: list[Pending] = []
+        rows = 0
+        best_preferred = 0  # length of the longest prefix whose rows are a preferred size
+        full = False
+        for pending in candidates:
+            if pending.key != head.key:
+                continue
+            if rows + pending.job.batch_size > self.max_batch_size:
+                full = True
+                break
+            batch.append(pending)
+            rows += pending.job.batch_size
+            if rows in self.preferred:
+                best_preferred = len(batch)
+            if rows == self.max_batch_size:
+                full = True
+                break
+        if full or force:
+            return batch
+        if best_preferred:  # the largest preferred size that can be formed goes at once
+            return batch[:best_preferred]
+        if self.delay_ns == 0:
+            return batch
+        return None  # wait for more, until the oldest request has waited max_queue_delay
+
+    def _oldest_wait_deadline(self) -> int:
+        candidates = self._candidates()
+        if not candidates:
+            return 0
+        return min(p.enqueued_ns for p in candidates) + self.delay_ns
+
+    async def _next_batch(self) -> list[Pending]:
+        while True:
+            if self._delay_env is not None:
+                # Test hook (TRITONSERVER_DELAY_SCHEDULER=N): hold everything until N requests are queued.
+                if self.queued() < self._delay_env:
+                    await self._wait_arrival(None)
+                    continue
+                self._delay_env = None
+            batch = self._form(force=False)
+            if batch is not None:
+                return batch
+            if not self._candidates():
+                await self._wait_arrival(None)
+                continue
+            deadline = self._oldest_wait_deadline()
+            remaining = (deadline - time.perf_counter_ns()) / 1e9
+            if remaining <= 0:
+                forced = self._form(force=True)
+                if forced:
+                    return forced
+                continue
+            await self._wait_arrival(remaining)
+
+    async def _wait_arrival(self, timeout: float | None) -> None:
+        self._arrived.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._arrived.wait(), timeout)
+
+    async def _dispatch(self) -> None:
+        while self._candidates():
+            worker = await self.pool.acquire()
+            try:
+                batch = await self._next_batch()
+            except BaseException:
+                self.pool.release(worker)
+                raise
+            for pending in batch:
+                self._remove(pending)
+            task = asyncio.get_running_loop().create_task(self._run(worker, batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    # -- execution -----------------------------------------------------------------------------------------
+
+    async def _run(self, worker: Worker, batch: list[Pending]) -> None:
+        started = time.perf_counter_ns()
+        for pending in batch:
+            pending.job.timing.queue_ns = started - pending.enqueued_ns
+        previous, mine = self._last_answer, None
+        if self.preserve_ordering:
+            mine = self._last_answer = asyncio.get_running_loop().create_future()
+        try:
+            rows = sum(p.job.batch_size for p in batch)
+            if len(batch) == 1:
+                job = batch[0].job
+                inputs = job.inputs
+            else:
+                inputs = {
+                    name: np.concatenate([p.job.inputs[name] for p in batch]) for name in batch[0].job.inputs
+                }
+            output_names = sorted({n for p in batch for n in p.job.output_names})
+            input_ns = time.perf_counter_ns() - started
+            batch_job = Job(inputs, output_names, rows)
+            try:
+                results = await self.pool.run(worker, batch_job)
+                error: BaseException | None = None
+            except Exception as e:  # every request of the batch gets the batch's error
+                results, error = {}, e
+            split_started = time.perf_counter_ns()
+            answers: list[Arrays] = []
+            offset = 0
+            if error is None:
+                for pending in batch:
+                    n = pending.job.batch_size
+                    answers.append(
+                        {name: results[name][offset : offset + n] for name in pending.job.output_names}
+                    )
+                    offset += n
+            output_ns = time.perf_counter_ns() - split_started
+            self.stats.executed(rows, input_ns, batch_job.timing.infer_ns, output_ns)
+            if previous is not None:
+                await previous
+            for i, pending in enumerate(batch):
+                pending.job.timing.input_ns += input_ns
+                pending.job.timing.infer_ns = batch_job.timing.infer_ns
+                if pending.future.done():
+                    continue
+                if error is not None:
+                    pending.future.set_exception(error)
+                else:
+                    pending.future.set_result(answers[i])
+        finally:
+            if mine is not None:
+                mine.set_result(None)
+
+
+def _env_delay() -> int | None:
+    """TRITONSERVER_DELAY_SCHEDULER=N: Triton's test hook to hold requests until N are queued."""
+    raw = os.environ.get("TRITONSERVER_DELAY_SCHEDULER")
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value > 0 else None

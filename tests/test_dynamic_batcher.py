@@ -1,0 +1,280 @@
+"""The dynamic batcher through its seam: a fake instance behind a real instance pool."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from modelhost.backends.base import Arrays
+from modelhost.errors import Rejected
+from modelhost.scheduling.dynamic_batcher import DynamicBatcher
+from modelhost.scheduling.instances import InstancePool, Job
+from modelhost.stats import ModelStats
+
+
+class Recorder:
+    """OUT = IN + 1; remembers the batch sizes it ran, can be slowed down or made to fail."""
+
+    def __init__(self, name: str = "fake", delay: float = 0.0) -> None:
+        self.name = name
+        self.delay = delay
+        self.batches: list[int] = []
+        self.fail_next = False
+        self.lock = threading.Lock()
+
+    def execute(self, inputs: Arrays, output_names: list[str]) -> Arrays:
+        with self.lock:
+            self.batches.append(int(inputs["IN"].shape[0]))
+            fail, self.fail_next = self.fail_next, False
+        if self.delay:
+            time.sleep(self.delay)
+        if fail:
+            raise ValueError("backend failure")
+        return {"OUT": inputs["IN"] + 1, "OUT2": inputs["IN"] * 2}
+
+    def close(self) -> None:
+        pass
+
+
+def batcher(text: str, *instances: Recorder) -> tuple[DynamicBatcher, ModelStats]:
+    config = text_format.Parse(text, ModelConfig())
+    stats = ModelStats("m", "1")
+    return DynamicBatcher(InstancePool(list(instances)), config, stats), stats
+
+
+def job(value: int, rows: int = 1, width: int = 2, outputs: tuple[str, ...] = ("OUT",)) -> Job:
+    return Job({"IN": np.full((rows, width), value, dtype=np.int32)}, list(outputs), rows)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_requests_within_the_delay_form_one_batch() -> None:
+    fake = Recorder()
+    b, stats = batcher(
+        "max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 200000 preferred_batch_size: [ 4 ] }",
+        fake,
+    )
+
+    async def go() -> list[Arrays]:
+        return await asyncio.gather(*(b.execute(job(i)) for i in range(4)))
+
+    results = run(go())
+    assert fake.batches == [4]  # the preferred size went at once, without waiting the full delay
+    assert [r["OUT"][0, 0] for r in results] == [1, 2, 3, 4]  # each request gets its own rows
+    assert stats.execution_count == 1 and stats.inference_count == 4
+    assert stats.batches[4].compute_infer.count == 1
+    assert b.queued() == 0
+
+
+def test_without_delay_requests_queue_while_the_instance_is_busy() -> None:
+    fake = Recorder(delay=0.05)
+    b, _ = batcher("max_batch_size: 8 dynamic_batching { }", fake)
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(job(0)))
+        await asyncio.sleep(0.01)  # the first runs alone; the next three wait for the instance
+        await asyncio.gather(first, *(b.execute(job(i)) for i in range(3)))
+
+    run(go())
+    assert fake.batches == [1, 3]
+
+
+def test_delay_expires_and_sends_a_partial_batch() -> None:
+    fake = Recorder()
+    b, _ = batcher(
+        "max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 50000 preferred_batch_size: [ 8 ] }",
+        fake,
+    )
+
+    async def go() -> float:
+        started = time.monotonic()
+        await asyncio.gather(b.execute(job(1)), b.execute(job(2, rows=2)))
+        return time.monotonic() - started
+
+    elapsed = run(go())
+    assert fake.batches == [3]
+    assert elapsed >= 0.04
+
+
+def test_batches_never_exceed_max_batch_size_and_shapes_do_not_mix() -> None:
+    fake = Recorder(delay=0.02)
+    b, _ = batcher("max_batch_size: 4 dynamic_batching { max_queue_delay_microseconds: 20000 }", fake)
+
+    async def go() -> list[Arrays]:
+        jobs = [job(i, rows=3) for i in range(2)] + [job(9, width=5) for _ in range(2)]
+        return await asyncio.gather(*(b.execute(j) for j in jobs))
+
+    results = run(go())
+    assert all(size <= 4 for size in fake.batches)
+    assert sorted(fake.batches) == [2, 3, 3]  # two 3-row requests cannot share; the width-5 pair can
+    assert results[2]["OUT"].shape == (1, 5)
+
+
+def test_union_of_requested_outputs_each_gets_its_own() -> None:
+    fake = Recorder()
+    b, _ = batcher(
+        "max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 20000 preferred_batch_size: [ 2 ] }",
+        fake,
+    )
+
+    async def go() -> list[Arrays]:
+        return await asyncio.gather(b.execute(job(1, outputs=("OUT",))), b.execute(job(1, outputs=("OUT2",))))
+
+    first, second = run(go())
+    assert set(first) == {"OUT"} and set(second) == {"OUT2"}
+    assert fake.batches == [2]
+
+
+def test_full_queue_rejects_at_once() -> None:
+    fake = Recorder(delay=0.1)
+    b, _ = batcher("max_batch_size: 1 dynamic_batching { default_queue_policy { max_queue_size: 1 } }", fake)
+
+    async def go() -> list[Any]:
+        running = asyncio.create_task(b.execute(job(0)))
+        await asyncio.sleep(0.02)  # running, not queued
+        queued = asyncio.create_task(b.execute(job(1)))
+        await asyncio.sleep(0.01)
+        with pytest.raises(Rejected, match="Exceeds maximum queue size"):
+            await b.execute(job(2))
+        return await asyncio.gather(running, queued)
+
+    assert len(run(go())) == 2
+    assert b.queued() == 0
+
+
+def test_queue_timeout_reject_and_override() -> None:
+    fake = Recorder(delay=0.2)
+    b, _ = batcher(
+        "max_batch_size: 1 dynamic_batching { default_queue_policy { default_timeout_microseconds: 5000000 "
+        "allow_timeout_override: true } }",
+        fake,
+    )
+
+    async def go() -> None:
+        running = asyncio.create_task(b.execute(job(0)))
+        await asyncio.sleep(0.02)
+        started = time.monotonic()
+        with pytest.raises(Rejected, match="Request timeout expired"):
+            await b.execute(job(1), timeout_us=20_000)  # shorter than the policy's: honoured
+        assert time.monotonic() - started < 0.15
+        await running
+
+    run(go())
+    assert fake.batches == [1]  # the timed-out request never ran
+    assert b.queued() == 0
+
+
+def test_delay_action_keeps_the_request() -> None:
+    fake = Recorder(delay=0.05)
+    b, _ = batcher(
+        "max_batch_size: 1 dynamic_batching { default_queue_policy { timeout_action: DELAY "
+        "default_timeout_microseconds: 10000 } }",
+        fake,
+    )
+
+    async def go() -> list[Arrays]:
+        return await asyncio.gather(*(b.execute(job(i)) for i in range(3)))
+
+    results = run(go())
+    assert [r["OUT"][0, 0] for r in results] == [1, 2, 3]
+
+
+def test_priority_levels() -> None:
+    fake = Recorder(delay=0.03)
+    b, _ = batcher(
+        "max_batch_size: 1 dynamic_batching { priority_levels: 2 default_priority_level: 2 }", fake
+    )
+    order: list[int] = []
+
+    async def tracked(value: int, priority: int) -> None:
+        await b.execute(job(value), priority=priority)
+        order.append(value)
+
+    async def go() -> None:
+        first = asyncio.create_task(tracked(0, 0))
+        await asyncio.sleep(0.01)
+        low = [asyncio.create_task(tracked(v, 2)) for v in (1, 2)]
+        await asyncio.sleep(0)
+        high = asyncio.create_task(tracked(3, 1))
+        await asyncio.gather(first, *low, high)
+
+    run(go())
+    assert order[0] == 0
+    assert order[1] == 3  # the high-priority request overtook the queued low-priority ones
+
+
+def test_backend_error_fails_its_batch_only() -> None:
+    fake = Recorder()
+    b, _ = batcher(
+        "max_batch_size: 8 dynamic_batching { max_queue_delay_microseconds: 20000 preferred_batch_size: [ 2 ] }",
+        fake,
+    )
+
+    async def go() -> None:
+        fake.fail_next = True
+        results = await asyncio.gather(b.execute(job(1)), b.execute(job(2)), return_exceptions=True)
+        assert all(isinstance(r, ValueError) for r in results)
+        ok = await asyncio.gather(b.execute(job(3)), b.execute(job(4)))
+        assert [r["OUT"][0, 0] for r in ok] == [4, 5]
+
+    run(go())
+
+
+def test_cancelled_caller_leaves_nothing_queued() -> None:
+    fake = Recorder(delay=0.05)
+    b, _ = batcher("max_batch_size: 1 dynamic_batching { }", fake)
+
+    async def go() -> None:
+        running = asyncio.create_task(b.execute(job(0)))
+        await asyncio.sleep(0.01)
+        waiting = asyncio.create_task(b.execute(job(1)))
+        await asyncio.sleep(0.01)
+        assert b.queued() == 1
+        waiting.cancel()
+        await asyncio.sleep(0)
+        assert b.queued() == 0
+        await running
+        assert (await b.execute(job(5)))["OUT"][0, 0] == 6
+
+    run(go())
+    assert fake.batches == [1, 1]
+
+
+def test_preserve_ordering_answers_in_arrival_order() -> None:
+    slow, fast = Recorder("slow", delay=0.08), Recorder("fast")
+    b, _ = batcher("max_batch_size: 1 dynamic_batching { preserve_ordering: true }", slow, fast)
+    finished: list[int] = []
+
+    async def tracked(value: int) -> None:
+        await b.execute(job(value))
+        finished.append(value)
+
+    async def go() -> None:
+        await asyncio.gather(*(tracked(i) for i in range(4)))
+
+    run(go())
+    assert finished == [0, 1, 2, 3]
+
+
+def test_delay_scheduler_env_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    fake = Recorder()
+    b, _ = batcher("max_batch_size: 8 dynamic_batching { }", fake)
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(job(0)))
+        await asyncio.sleep(0.05)
+        assert not first.done()  # held until three requests are queued
+        await asyncio.gather(first, b.execute(job(1)), b.execute(job(2)))
+
+    run(go())
+    assert fake.batches == [3]
