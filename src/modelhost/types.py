@@ -17,6 +17,11 @@ import numpy.typing as npt
 ParamValue = bool | int | float | str
 Parameters = dict[str, ParamValue]
 
+# Request parameters the server itself interprets (Triton's reserved names); never passed on as custom ones.
+RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+)
+
 
 @dataclass(slots=True)
 class Tensor:
@@ -63,4 +68,12 @@ def empty_array(datatype_numpy: np.dtype[Any]) -> npt.NDArray[Any]:
     return np.empty((0,), dtype=datatype_numpy)
 
 
-__all__ = ["InferenceRequest", "InferenceResponse", "ParamValue", "Parameters", "RequestedOutput", "Tensor"]
+__all__ = [
+    "RESERVED_PARAMETERS",
+    "InferenceRequest",
+    "InferenceResponse",
+    "ParamValue",
+    "Parameters",
+    "RequestedOutput",
+    "Tensor",
+]

@@ -20,7 +20,14 @@ from modelhost.tensor_codec import (
     raw_bytes,
     string_count_mismatch,
 )
-from modelhost.types import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
+from modelhost.types import (
+    RESERVED_PARAMETERS,
+    InferenceRequest,
+    InferenceResponse,
+    Parameters,
+    RequestedOutput,
+    Tensor,
+)
 
 # The InferTensorContents fields in the order Triton reads them, each with the datatype its values carry
 # (int_contents and uint_contents also carry the 8- and 16-bit types). FP16 and BF16 travel raw only.
@@ -49,15 +56,6 @@ _NARROW = {
     "INT16": "int_contents",
     "UINT8": "uint_contents",
     "UINT16": "uint_contents",
-}
-_RESERVED = {
-    "sequence_id",
-    "sequence_start",
-    "sequence_end",
-    "priority",
-    "timeout",
-    "binary_data_output",
-    "headers",
 }
 # Read by the streaming frontend; the one `triton_` request parameter a client may set.
 _ALLOWED_TRITON = {"triton_enable_empty_final_response"}
@@ -236,7 +234,9 @@ def decode_request(msg: Any) -> InferenceRequest:
         outputs=outputs,
         priority=int(params.get("priority", 0)),
         timeout_us=int(params.get("timeout", 0)),
-        parameters={k: v for k, v in params.items() if k not in _RESERVED and k not in _ALLOWED_TRITON},
+        parameters={
+            k: v for k, v in params.items() if k not in RESERVED_PARAMETERS and k not in _ALLOWED_TRITON
+        },
     )
 
 

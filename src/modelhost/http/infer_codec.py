@@ -19,22 +19,20 @@ from modelhost.errors import InvalidArgument, Unsupported
 from modelhost.io_specs import format_shape
 from modelhost.model import LoadedModel
 from modelhost.tensor_codec import array_from_raw, element_count, id_prefix, raw_bytes
-from modelhost.types import InferenceRequest, InferenceResponse, Parameters, RequestedOutput, Tensor
+from modelhost.types import (
+    RESERVED_PARAMETERS,
+    InferenceRequest,
+    InferenceResponse,
+    Parameters,
+    RequestedOutput,
+    Tensor,
+)
 
-# Request parameters the server itself interprets (Triton's reserved names), and the JSON type each must have.
-_RESERVED = {
-    "sequence_id",
-    "sequence_start",
-    "sequence_end",
-    "priority",
-    "timeout",
-    "binary_data_output",
-    "headers",
-}
+# The JSON type each reserved request parameter must have.
 _BOOLEAN_PARAMS = {"sequence_start", "sequence_end", "binary_data_output"}
 _UNSIGNED_PARAMS = {"priority", "timeout"}
 _NO_JSON = {"FP16", "BF16"}
-_TRITON_RESERVED = (
+_TRITONRESERVED_PARAMETERS = (
     "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
 )
 
@@ -68,7 +66,7 @@ def _no_triton_keys(params: dict[str, Any]) -> None:
     # Triton checks only the request's own parameters; those of inputs and outputs are reserved alike here.
     for key in params:
         if key.startswith("triton_"):
-            raise InvalidArgument(_TRITON_RESERVED)
+            raise InvalidArgument(_TRITONRESERVED_PARAMETERS)
 
 
 def _request_parameters(raw: Any) -> Parameters:
@@ -258,7 +256,7 @@ def decode_json_request(
         outputs=outputs,
         priority=int(params.get("priority", 0)),
         timeout_us=int(params.get("timeout", 0)),
-        parameters={k: v for k, v in params.items() if k not in _RESERVED},
+        parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
     )
     return DecodedInfer(request, binary_all)
 
