@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--batch-size", type=int, default=1, help="rows per request (default 1)")
     p.add_argument(
+        "--dynamic-batching-us",
+        type=int,
+        default=None,
+        help="add dynamic_batching { max_queue_delay_microseconds: N } to every model, on both servers",
+    )
+    p.add_argument(
         "--warmup", type=int, default=2, help="seconds of warm-up per model and protocol (default 2)"
     )
     p.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (default 1)")
@@ -142,8 +148,12 @@ def run_all(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for m, w in workloads.items()
     }
     repos = {
-        "modelhost": build_modelhost_repo(workdir / "repo-modelhost", args.models),
-        "reference": build_reference_repo(workdir / "repo-reference", args.models),
+        "modelhost": build_modelhost_repo(
+            workdir / "repo-modelhost", args.models, dynamic_batching_us=args.dynamic_batching_us
+        ),
+        "reference": build_reference_repo(
+            workdir / "repo-reference", args.models, dynamic_batching_us=args.dynamic_batching_us
+        ),
     }
     runs: list[dict[str, Any]] = []
     failures: dict[str, str] = {}

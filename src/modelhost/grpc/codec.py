@@ -172,59 +172,66 @@ def _typed_contents(tensor: Any, shape: list[int], model: str, request_id: str) 
 
 
 def decode_request(msg: Any) -> InferenceRequest:
+    # The hot path of every gRPC inference: each protobuf field is read once (a read builds a Python object), and
+    # the per-tensor checks of parameters run only when there are parameters at all.
     model, request_id = msg.model_name, msg.id
     version = parse_model_version(msg.model_version)
     # Parameters before data, as Triton sets a request's metadata before its inputs.
-    params = _parameters(msg.parameters)
+    params = _parameters(msg.parameters) if msg.parameters else {}
     raw = msg.raw_input_contents
-    if len(raw) > len(msg.inputs):
+    tensors = msg.inputs
+    n_raw = len(raw)
+    if n_raw > len(tensors):
         # Triton ignores the extra blobs; more data than inputs is a client's mistake worth naming.
         raise InvalidArgument(
-            f"unexpected additional input data for model '{model}': {len(raw)} raw_input_contents for "
-            f"{len(msg.inputs)} inputs"
+            f"unexpected additional input data for model '{model}': {n_raw} raw_input_contents for "
+            f"{len(tensors)} inputs"
         )
     inputs: list[Tensor] = []
-    for i, tensor in enumerate(msg.inputs):
-        name, datatype = tensor.name, tensor.datatype
-        if "shared_memory_region" in tensor.parameters:
+    for i, tensor in enumerate(tensors):
+        name, datatype, tensor_params = tensor.name, tensor.datatype, tensor.parameters
+        if tensor_params and "shared_memory_region" in tensor_params:
             raise Unsupported("the system shared memory extension is not supported yet")
-        if tensor.HasField("contents") and raw:
+        has_contents = tensor.HasField("contents")
+        if has_contents and n_raw:
             raise InvalidArgument(
                 f"contents field must not be specified when using raw_input_contents for '{name}' "
                 f"for model '{model}'"
             )
-        if not tensor.HasField("contents") and i >= len(raw):
+        if not has_contents and i >= n_raw:
             raise InvalidArgument(
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
-        for key in tensor.parameters:
+        for key in tensor_params:
             if key.startswith("triton_"):
                 raise _triton_reserved(request_level=False)
         if datatype not in WIRE_TO_NUMPY:
             raise InvalidArgument(f"invalid datatype for input {name}")
-        shape = [int(d) for d in tensor.shape]
-        if raw:
+        shape = list(tensor.shape)  # int64 values: already Python ints
+        if n_raw:
             data = array_from_raw(name, datatype, shape, memoryview(raw[i]), model, request_id)
         else:
             data = _typed_contents(tensor, shape, model, request_id)
         inputs.append(Tensor(name, datatype, shape, data))
     outputs: list[RequestedOutput] = []
     for out in msg.outputs:
-        if "shared_memory_region" in out.parameters:
-            raise Unsupported("the system shared memory extension is not supported yet")
-        for key in out.parameters:
-            if key.startswith("triton_"):
-                raise _triton_reserved(request_level=False)
+        out_params = out.parameters
         count = 0
-        if "classification" in out.parameters:
-            param = out.parameters["classification"]
-            if param.WhichOneof("parameter_choice") != "int64_param":
-                raise InvalidArgument(
-                    "invalid value type for 'classification' parameter, expected int64_param"
-                )
-            count = param.int64_param
-            if count < 0:
-                raise InvalidArgument("invalid value for 'classification' parameter, expected >= 0")
+        if out_params:
+            if "shared_memory_region" in out_params:
+                raise Unsupported("the system shared memory extension is not supported yet")
+            for key in out_params:
+                if key.startswith("triton_"):
+                    raise _triton_reserved(request_level=False)
+            if "classification" in out_params:
+                param = out_params["classification"]
+                if param.WhichOneof("parameter_choice") != "int64_param":
+                    raise InvalidArgument(
+                        "invalid value type for 'classification' parameter, expected int64_param"
+                    )
+                count = param.int64_param
+                if count < 0:
+                    raise InvalidArgument("invalid value for 'classification' parameter, expected >= 0")
         outputs.append(RequestedOutput(out.name, None, count))
     return InferenceRequest(
         model_name=model,

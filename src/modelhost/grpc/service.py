@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf import json_format  # type: ignore[import-untyped]
@@ -28,16 +28,20 @@ MESSAGE_OPTIONS = [
 ]
 
 
+async def _fail(context: grpc.aio.ServicerContext, what: str, e: ModelhostError) -> NoReturn:
+    if e.http_status >= 500:
+        log.error("%s failed: %s", what, e)
+    else:
+        log.info("%s failed: %s", what, e)
+    await context.abort(e.grpc_code, str(e))
+    raise e  # unreachable: abort raises
+
+
 async def _answer(context: grpc.aio.ServicerContext, what: str, fn: Callable[[], Awaitable[T]]) -> T:
     try:
         return await fn()
     except ModelhostError as e:
-        if e.http_status >= 500:
-            log.error("%s failed: %s", what, e)
-        else:
-            log.info("%s failed: %s", what, e)
-        await context.abort(e.grpc_code, str(e))
-        raise  # unreachable: abort raises
+        await _fail(context, what, e)
 
 
 def _not_yet(feature: str) -> Callable[..., Awaitable[Any]]:
@@ -122,9 +126,11 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         return encode_response(await self.server.infer(core_request))
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return await _answer(
-            context, f"inference of '{request.model_name}'", lambda: self._infer_one(request)
-        )
+        # The hot path: no closure, no f-string unless it fails (what _answer costs the other RPCs).
+        try:
+            return encode_response(await self.server.infer(decode_request(request)))
+        except ModelhostError as e:
+            await _fail(context, f"inference of '{request.model_name}'", e)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -185,9 +191,32 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
     LogSettings = _not_yet("the logging extension")
 
 
+class _GenericHandlersOnly:
+    """Stands in for the server in the generated `add_..._to_server`, keeping its generic handler only.
+
+    The generated code (grpcio-tools >= 1.62) also registers every method as a "registered method". grpc.aio then
+    keeps one pending request future per registered method (20 here) and `asyncio.wait`s on all of them for each
+    incoming call: measured ~20-40 us of event-loop CPU per ModelInfer (~8% of the total). The generic handler
+    alone serves the same methods with one pending future.
+    """
+
+    def __init__(self) -> None:
+        self.handlers: list[grpc.GenericRpcHandler] = []
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self.handlers.extend(handlers)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        pass
+
+
 async def start_grpc_server(server: Server, host: str, port: int) -> grpc.aio.Server:
     grpc_server = grpc.aio.server(options=MESSAGE_OPTIONS)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(server), grpc_server)
+    generic = _GenericHandlersOnly()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(server), generic)
+    grpc_server.add_generic_rpc_handlers(generic.handlers)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         grpc_server.add_insecure_port(address)

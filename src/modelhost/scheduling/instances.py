@@ -2,6 +2,9 @@
 
 Dispatch is to an idle instance, never round-robin onto a busy one: idle instances wait in a LIFO stack (the
 most recently used one has the warmest caches) and callers wait in FIFO order for the next instance to free up.
+A request that waits hands its job to the queue, and the instance that frees up starts it from its completion
+callback: under load an instance goes from one request to the next without waiting for the waiting caller's
+task to be scheduled on a busy event loop.
 
 Where a request runs: each instance owns a worker thread, and runtimes release the GIL, so instances execute
 in parallel with each other and with the event loop. But handing a request to a thread and back costs tens to
@@ -50,11 +53,19 @@ class Worker:
         self.instance.close()
 
 
+@dataclass(eq=False, slots=True)
+class _QueuedJob:
+    job: Job
+    result: asyncio.Future[Arrays]
+    queued_ns: int
+
+
 class InstancePool:
     def __init__(self, instances: list[ModelInstance]) -> None:
         self._workers = [Worker(i) for i in instances]
         self._idle: list[Worker] = list(reversed(self._workers))
-        self._waiters: collections.deque[asyncio.Future[Worker]] = collections.deque()
+        # FIFO of callers waiting for an instance: a batcher's acquire() or a queued job.
+        self._waiters: collections.deque[asyncio.Future[Worker] | _QueuedJob] = collections.deque()
         self._runs = 0
         self._typical_ns = 0.0  # moving average of execution times
 
@@ -74,7 +85,7 @@ class InstancePool:
 
     async def acquire(self) -> Worker:
         """The next idle instance (waiting in FIFO order for one); hand it to `run` or back to `release`."""
-        if self._idle:
+        if self._idle and not self._waiters:
             return self._idle.pop()
         waiter: asyncio.Future[Worker] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
@@ -88,43 +99,87 @@ class InstancePool:
             raise
 
     def release(self, worker: Worker) -> None:
+        """Give the instance to the first live waiter, or back to the idle stack."""
         while self._waiters:
             waiter = self._waiters.popleft()
+            if isinstance(waiter, _QueuedJob):
+                if waiter.result.done():  # its caller went away
+                    continue
+                if self._inline(waiter.job):
+                    # Not from inside this call: a chain of inline jobs would recurse.
+                    asyncio.get_running_loop().call_soon(
+                        self._start, worker, waiter.job, waiter.result, waiter.queued_ns
+                    )
+                else:
+                    self._start(worker, waiter.job, waiter.result, waiter.queued_ns)
+                return
             if not waiter.done():
                 waiter.set_result(worker)
                 return
         self._idle.append(worker)
+
+    def _inline(self, job: Job) -> bool:
+        return self.runs_inline and sum(a.nbytes for a in job.inputs.values()) <= INLINE_MAX_INPUT_BYTES
 
     def _timed(self, worker: Worker, job: Job) -> tuple[Arrays, int]:
         started = time.perf_counter_ns()
         result = worker.instance.execute(job.inputs, job.output_names)
         return result, time.perf_counter_ns() - started
 
-    async def run(self, worker: Worker, job: Job) -> Arrays:
-        """Execute `job` on an acquired instance, then release it (even if the caller goes away meanwhile)."""
-        if self.runs_inline and sum(a.nbytes for a in job.inputs.values()) <= INLINE_MAX_INPUT_BYTES:
+    def _start(self, worker: Worker, job: Job, result: asyncio.Future[Arrays], queued_ns: int) -> None:
+        """Run `job` on `worker` (inline or on its thread), resolve `result`, then release the instance."""
+        job.timing.queue_ns = time.perf_counter_ns() - queued_ns
+        if self._inline(job):
             try:
-                result, elapsed = self._timed(worker, job)
-            finally:
-                self.release(worker)
-        else:
+                outcome: tuple[Arrays, int] | BaseException = self._timed(worker, job)
+            except Exception as e:
+                outcome = e
+            self._finish(worker, job, result, outcome)
+            return
+        loop = asyncio.get_running_loop()
+
+        def on_thread() -> None:
             try:
-                future = asyncio.get_running_loop().run_in_executor(worker.thread, self._timed, worker, job)
-            except BaseException:
-                self.release(worker)
-                raise
-            future.add_done_callback(lambda _f: self.release(worker))
-            result, elapsed = await asyncio.shield(future)
+                outcome: tuple[Arrays, int] | BaseException = self._timed(worker, job)
+            except Exception as e:
+                outcome = e
+            loop.call_soon_threadsafe(self._finish, worker, job, result, outcome)
+
+        worker.thread.submit(on_thread)
+
+    def _finish(
+        self,
+        worker: Worker,
+        job: Job,
+        result: asyncio.Future[Arrays],
+        outcome: tuple[Arrays, int] | BaseException,
+    ) -> None:
+        self.release(worker)  # first: the next queued job starts at once
+        if isinstance(outcome, BaseException):
+            if not result.done():
+                result.set_exception(outcome)
+            return
+        arrays, elapsed = outcome
         self._observe(elapsed)
         job.timing.infer_ns = elapsed
-        return result
+        if not result.done():  # the caller may have gone away meanwhile
+            result.set_result(arrays)
+
+    async def run(self, worker: Worker, job: Job) -> Arrays:
+        """Execute `job` on an acquired instance, which is released when the runtime returns."""
+        result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
+        self._start(worker, job, result, time.perf_counter_ns())
+        return await asyncio.shield(result)
 
     async def execute(self, job: Job) -> Arrays:
         """The default scheduler: each request alone, on the first idle instance."""
+        result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         queued = time.perf_counter_ns()
-        worker = await self.acquire()
-        job.timing.queue_ns = time.perf_counter_ns() - queued
-        return await self.run(worker, job)
+        if self._idle and not self._waiters:
+            self._start(self._idle.pop(), job, result, queued)
+        else:
+            self._waiters.append(_QueuedJob(job, result, queued))
+        return await result
 
     def close(self) -> None:
         for worker in self._workers:
