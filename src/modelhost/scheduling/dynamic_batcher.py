@@ -109,10 +109,9 @@ class DynamicBatcher:
         self.max_priority = levels if db.priority_levels else 0
         self._arrived = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
-        # preserve_ordering: each answer waits for the answer of the request before it.
-        self._last_answer: asyncio.Future[None] | None = None
+        # preserve_ordering: the batches sent and not yet answered, in the order they were sent.
+        self._in_order: collections.deque[_Running] = collections.deque()
         self._delay_env = _env_delay()
-        self._running: set[asyncio.Task[None]] = set()
 
     # -- queueing ------------------------------------------------------------------------------------------
 
@@ -255,62 +254,75 @@ class DynamicBatcher:
                 raise
             for pending in batch:
                 self._remove(pending)
-            task = asyncio.get_running_loop().create_task(self._run(worker, batch))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            self._launch(worker, batch)
 
     # -- execution -----------------------------------------------------------------------------------------
 
-    async def _run(self, worker: Worker, batch: list[Pending]) -> None:
+    def _launch(self, worker: Worker, batch: list[Pending]) -> None:
+        """Start a batch on `worker` now (no task to schedule first); its answers are split off when it ends."""
         started = time.perf_counter_ns()
         for pending in batch:
             pending.job.timing.queue_ns = started - pending.enqueued_ns
-        previous, mine = self._last_answer, None
+        rows = sum(p.job.batch_size for p in batch)
+        if len(batch) == 1:
+            inputs = batch[0].job.inputs
+        else:
+            names = batch[0].job.inputs
+            inputs = {name: np.concatenate([p.job.inputs[name] for p in batch]) for name in names}
+        output_names = sorted({n for p in batch for n in p.job.output_names})
+        input_ns = time.perf_counter_ns() - started
+        running = _Running(batch, Job(inputs, output_names, rows), input_ns)
         if self.preserve_ordering:
-            mine = self._last_answer = asyncio.get_running_loop().create_future()
-        try:
-            rows = sum(p.job.batch_size for p in batch)
-            if len(batch) == 1:
-                job = batch[0].job
-                inputs = job.inputs
-            else:
-                inputs = {
-                    name: np.concatenate([p.job.inputs[name] for p in batch]) for name in batch[0].job.inputs
-                }
-            output_names = sorted({n for p in batch for n in p.job.output_names})
-            input_ns = time.perf_counter_ns() - started
-            batch_job = Job(inputs, output_names, rows)
-            try:
-                results = await self.pool.run(worker, batch_job)
-                error: BaseException | None = None
-            except Exception as e:  # every request of the batch gets the batch's error
-                results, error = {}, e
-            split_started = time.perf_counter_ns()
-            answers: list[Arrays] = []
+            self._in_order.append(running)
+        result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
+        result.add_done_callback(lambda f: self._complete(running, f))
+        self.pool.start(worker, running.job, result)
+
+    def _complete(self, running: _Running, result: asyncio.Future[Arrays]) -> None:
+        split_started = time.perf_counter_ns()
+        error = result.exception()
+        if error is None:
+            outputs = result.result()
             offset = 0
-            if error is None:
-                for pending in batch:
-                    n = pending.job.batch_size
-                    answers.append(
-                        {name: results[name][offset : offset + n] for name in pending.job.output_names}
-                    )
-                    offset += n
-            output_ns = time.perf_counter_ns() - split_started
-            self.stats.executed(rows, input_ns, batch_job.timing.infer_ns, output_ns)
-            if previous is not None:
-                await previous
-            for i, pending in enumerate(batch):
-                pending.job.timing.input_ns += input_ns
-                pending.job.timing.infer_ns = batch_job.timing.infer_ns
-                if pending.future.done():
-                    continue
-                if error is not None:
-                    pending.future.set_exception(error)
-                else:
-                    pending.future.set_result(answers[i])
-        finally:
-            if mine is not None:
-                mine.set_result(None)
+            for pending in running.batch:
+                n = pending.job.batch_size
+                running.answers.append(
+                    {name: outputs[name][offset : offset + n] for name in pending.job.output_names}
+                )
+                offset += n
+        running.error = error
+        output_ns = time.perf_counter_ns() - split_started
+        job = running.job
+        self.stats.executed(job.batch_size, running.input_ns, job.timing.infer_ns, output_ns)
+        for pending in running.batch:
+            pending.job.timing.input_ns += running.input_ns
+            pending.job.timing.infer_ns = job.timing.infer_ns
+        running.done = True
+        if not self.preserve_ordering:
+            running.answer()
+            return
+        # Answers leave in arrival order: a batch that ends early waits for the batches sent before it.
+        while self._in_order and self._in_order[0].done:
+            self._in_order.popleft().answer()
+
+
+@dataclass(eq=False, slots=True)
+class _Running:
+    batch: list[Pending]
+    job: Job
+    input_ns: int
+    answers: list[Arrays] = field(default_factory=list)
+    error: BaseException | None = None
+    done: bool = False
+
+    def answer(self) -> None:
+        for i, pending in enumerate(self.batch):
+            if pending.future.done():  # the caller went away
+                continue
+            if self.error is not None:
+                pending.future.set_exception(self.error)
+            else:
+                pending.future.set_result(self.answers[i])
 
 
 def _env_delay() -> int | None:

@@ -108,10 +108,10 @@ class InstancePool:
                 if self._inline(waiter.job):
                     # Not from inside this call: a chain of inline jobs would recurse.
                     asyncio.get_running_loop().call_soon(
-                        self._start, worker, waiter.job, waiter.result, waiter.queued_ns
+                        self.start, worker, waiter.job, waiter.result, waiter.queued_ns
                     )
                 else:
-                    self._start(worker, waiter.job, waiter.result, waiter.queued_ns)
+                    self.start(worker, waiter.job, waiter.result, waiter.queued_ns)
                 return
             if not waiter.done():
                 waiter.set_result(worker)
@@ -126,9 +126,10 @@ class InstancePool:
         result = worker.instance.execute(job.inputs, job.output_names)
         return result, time.perf_counter_ns() - started
 
-    def _start(self, worker: Worker, job: Job, result: asyncio.Future[Arrays], queued_ns: int) -> None:
+    def start(self, worker: Worker, job: Job, result: asyncio.Future[Arrays], queued_ns: int = 0) -> None:
         """Run `job` on `worker` (inline or on its thread), resolve `result`, then release the instance."""
-        job.timing.queue_ns = time.perf_counter_ns() - queued_ns
+        if queued_ns:
+            job.timing.queue_ns = time.perf_counter_ns() - queued_ns
         if self._inline(job):
             try:
                 outcome: tuple[Arrays, int] | BaseException = self._timed(worker, job)
@@ -165,18 +166,12 @@ class InstancePool:
         if not result.done():  # the caller may have gone away meanwhile
             result.set_result(arrays)
 
-    async def run(self, worker: Worker, job: Job) -> Arrays:
-        """Execute `job` on an acquired instance, which is released when the runtime returns."""
-        result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
-        self._start(worker, job, result, time.perf_counter_ns())
-        return await asyncio.shield(result)
-
     async def execute(self, job: Job) -> Arrays:
         """The default scheduler: each request alone, on the first idle instance."""
         result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         queued = time.perf_counter_ns()
         if self._idle and not self._waiters:
-            self._start(self._idle.pop(), job, result, queued)
+            self.start(self._idle.pop(), job, result, queued)
         else:
             self._waiters.append(_QueuedJob(job, result, queued))
         return await result
