@@ -14,6 +14,7 @@ from modelhost.devices import gpu_count
 from modelhost.grpc.service import start_grpc_server
 from modelhost.http.protocol import HttpProtocol, start_http_server
 from modelhost.http.routes import HttpRoutes
+from modelhost.log_settings import LogSettings
 from modelhost.logs import log_table
 from modelhost.metrics import start_metrics_server
 from modelhost.options import ServerOptions
@@ -85,6 +86,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     log.info("\n%s", log_table(["Model", "Version", "Status"], registry.status_rows()))
     log.info("\n%s", _options_table(options, repos))
     server = Server(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
+    server.log_settings = LogSettings(options)
     if options.exit_on_error and not registry.all_ready():
         log.error("failed to load all models; exiting (--exit-on-error=true)")
         server.close()

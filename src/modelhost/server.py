@@ -9,7 +9,8 @@ from typing import Any
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config import config_to_json
-from modelhost.errors import ModelhostError, Unavailable
+from modelhost.errors import ModelhostError, Unavailable, Unsupported
+from modelhost.log_settings import LogSettings
 from modelhost.registry import ModelRegistry
 from modelhost.stats import ModelStats
 from modelhost.types import InferenceRequest, InferenceResponse
@@ -17,7 +18,14 @@ from modelhost.types import InferenceRequest, InferenceResponse
 log = logging.getLogger("modelhost.server")
 
 # Extensions listed in server metadata: only the ones this server implements.
-EXTENSIONS = ["classification", "model_configuration", "binary_tensor_data", "parameters", "statistics"]
+EXTENSIONS = [
+    "classification",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "logging",
+]
 
 
 class Server:
@@ -25,6 +33,8 @@ class Server:
         self, registry: ModelRegistry, *, server_id: str = "triton", strict_readiness: bool = True
     ) -> None:
         self.registry = registry
+        # The logging extension; None when the server runs without configured logging (in-process tests).
+        self.log_settings: LogSettings | None = None
         self.server_id = server_id
         self.strict_readiness = strict_readiness
         self.live = True
@@ -71,6 +81,11 @@ class Server:
             self.registry.get(name)  # unknown model or no ready version: Triton's errors
             return [m.stats for m in self.registry.ready_models() if m.name == name]
         return [m.stats for m in self.registry.ready_models()]
+
+    def logging_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        if self.log_settings is None:
+            raise Unsupported("the logging extension is not available in this server")
+        return self.log_settings.update(changes) if changes else self.log_settings.get()
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.registry.index(ready_only)

@@ -103,6 +103,25 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, f"statistics of '{request.name or '*'}'", run)
 
+    async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            changes: dict[str, Any] = {}
+            for key, value in request.settings.items():
+                which = value.WhichOneof("parameter_choice")
+                changes[key] = getattr(value, which) if which else None
+            settings = self.server.logging_settings(changes)
+            response = service_pb2.LogSettingsResponse()
+            for key, current in settings.items():
+                if isinstance(current, bool):
+                    response.settings[key].bool_param = current
+                elif isinstance(current, int):
+                    response.settings[key].uint32_param = current
+                else:
+                    response.settings[key].string_param = current
+            return response
+
+        return await _answer(context, "log settings", run)
+
     async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def run() -> Any:
             if request.repository_name:
@@ -188,7 +207,6 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
     CudaSharedMemoryRegister = _not_yet("the CUDA shared memory extension")
     CudaSharedMemoryUnregister = _not_yet("the CUDA shared memory extension")
     TraceSetting = _not_yet("the trace extension")
-    LogSettings = _not_yet("the logging extension")
 
 
 class _GenericHandlersOnly:

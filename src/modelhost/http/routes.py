@@ -30,7 +30,6 @@ _LARGE_OUTPUT_ELEMENTS = 1 << 18
 _SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 _NOT_YET = {
     "/v2/trace/setting": "the trace extension",
-    "/v2/logging": "the logging extension",
 }
 
 
@@ -76,6 +75,8 @@ class HttpRoutes:
         path = request.path
         if path.startswith("/v2/models/") and path != "/v2/models/stats" and (m := _MODEL.fullmatch(path)):
             return await self._model(request, unquote(m.group(1)), m.group(2) or "", m.group(3) or "")
+        if path == "/v2/logging":
+            return self._logging(request)
         if path == "/v2/models/stats":
             if request.method != "GET":
                 return _method_not_allowed()
@@ -139,6 +140,20 @@ class HttpRoutes:
         if action == "stats":
             return self._statistics(name, version)
         return error_response(501, "the trace extension is not supported yet")
+
+    def _logging(self, request: HttpRequest) -> HttpResponse:
+        if request.method == "GET":
+            return _json(self.server.logging_settings())
+        if request.method != "POST":
+            return _method_not_allowed()
+        body = self._body(request)
+        try:
+            changes = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError as e:
+            raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from e
+        if not isinstance(changes, dict):
+            raise InvalidArgument("the logging settings must be a JSON object")
+        return _json(self.server.logging_settings(changes))
 
     def _statistics(self, name: str, version: str) -> HttpResponse:
         return _json({"model_stats": [s.to_json() for s in self.server.statistics(name, version)]})
