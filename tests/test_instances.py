@@ -167,3 +167,20 @@ def test_waiter_cancelled_in_the_same_step_as_a_release() -> None:
 
     run(go())
     pool.close()
+
+
+def test_pending_counts_jobs_waiting_for_an_instance() -> None:
+    pool = InstancePool([FakeInstance("slow", delay=0.05)])
+
+    async def go() -> None:
+        tasks = [asyncio.create_task(pool.execute(job())) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        assert pool.pending() == 2  # one runs, two wait
+        tasks[2].cancel()
+        await asyncio.sleep(0)
+        assert pool.pending() == 1  # a caller that went away is not pending
+        await asyncio.gather(*tasks[:2])
+        assert pool.pending() == 0
+
+    run(go())
+    pool.close()

@@ -58,6 +58,16 @@ _COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
 ]
 
 
+_GAUGES: list[tuple[str, str, Callable[[ModelStats], float]]] = [
+    (
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        lambda s: s.pending(),
+    ),
+    ("nv_model_load_duration_secs", "Model load time in seconds", lambda s: round(s.load_duration_s, 6)),
+]
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -76,6 +86,11 @@ def render(models: list[ModelStats]) -> bytes:
         lines.append(f"# TYPE {name} counter")
         for stats, label in zip(models, labels, strict=True):
             lines.append(f"{name}{{{label}}} {value(stats)}")
+    for name, help_text, gauge in _GAUGES:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} gauge")
+        for stats, label in zip(models, labels, strict=True):
+            lines.append(f"{name}{{{label}}} {gauge(stats)}")
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -58,6 +58,10 @@ class LoadedModel:
         self.batcher = (
             DynamicBatcher(pool, config, self.stats) if config.HasField("dynamic_batching") else None
         )
+        batcher = self.batcher
+        self.stats.pending = (
+            (lambda: batcher.queued() + pool.pending()) if batcher is not None else pool.pending
+        )
 
     def metadata(self) -> dict[str, Any]:
         return {

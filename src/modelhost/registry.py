@@ -175,6 +175,7 @@ class ModelRegistry:
                 log.exception("failed to load '%s' version %d", entry.name, version)
                 continue
             ventry.state = ModelState.READY
+            ventry.model.stats.load_duration_s = time.monotonic() - started
             log.info(
                 "successfully loaded '%s' version %d (%.2f s)",
                 entry.name,

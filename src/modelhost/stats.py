@@ -8,6 +8,7 @@ request, and `batch_stats` per execution, keyed by the batch size that ran.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,9 @@ class ModelStats:
     compute_output: Duration = field(default_factory=Duration)
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     batches: dict[int, BatchStats] = field(default_factory=dict)
+    # Set by the model: requests queued and not yet executing (nv_inference_pending_request_count).
+    pending: Callable[[], int] = lambda: 0
+    load_duration_s: float = 0.0
 
     def executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """One execution of the model on `batch_size` rows."""

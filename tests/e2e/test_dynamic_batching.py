@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -60,21 +62,28 @@ def test_concurrent_requests_run_as_one_batch(batching_server: RunningServer) ->
 
 
 def test_full_queue_answers_503_and_others_are_served(batching_server: RunningServer) -> None:
-    client = httpclient.InferenceServerClient(batching_server.http_url, concurrency=8)
-    pending = [client.async_infer("tiny_queue", _input(float(i), width=3)) for i in range(2)]
-    outcomes: list[object] = []
-    for _ in range(3):
-        try:
-            client.infer("tiny_queue", _input(9.0, width=3))
-            outcomes.append("ok")
-        except InferenceServerException as e:
-            outcomes.append((e.status(), e.message()))
-    assert ("503", "Exceeds maximum queue size") in outcomes
-    for p in pending:
-        assert p.get_result().as_numpy("OUTPUT0").shape == (1, 3)
+    results: dict[int, np.ndarray] = {}
+
+    def queued(i: int) -> None:
+        client = httpclient.InferenceServerClient(batching_server.http_url)
+        results[i] = client.infer("tiny_queue", _input(float(i), width=3)).as_numpy("OUTPUT0")
+
+    waiting = [threading.Thread(target=queued, args=(i,)) for i in range(2)]
+    for t in waiting:
+        t.start()
+    time.sleep(0.15)  # both wait in the queue for a preferred batch of 8 (400 ms delay)
+    assert _metric(batching_server, "nv_inference_pending_request_count", "tiny_queue") == 2
+    client = httpclient.InferenceServerClient(batching_server.http_url)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("tiny_queue", _input(9.0, width=3))
+    assert (e.value.status(), e.value.message()) == ("503", "Exceeds maximum queue size")
+    for t in waiting:
+        t.join(10)
+    assert sorted(results) == [0, 1]
+    assert all(r.shape == (1, 3) for r in results.values())
     stats = client.get_inference_statistics("tiny_queue")["model_stats"][0]
     assert stats["inference_stats"]["fail"]["count"] >= 1
-    client.close()
+    assert _metric(batching_server, "nv_inference_pending_request_count", "tiny_queue") == 0
 
 
 def test_grpc_clients_each_get_their_own_rows(batching_server: RunningServer) -> None:
@@ -95,9 +104,15 @@ def test_grpc_clients_each_get_their_own_rows(batching_server: RunningServer) ->
         np.testing.assert_array_equal(answers[i], np.full((1, 4), float(i), dtype=np.float32))
 
 
-def test_failure_reason_label(batching_server: RunningServer) -> None:
-    import requests
+def _metric(server: RunningServer, family: str, model: str) -> float:
+    text = requests.get(f"http://localhost:{server.metrics_port}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith(family + "{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{family} for {model} not found")
 
+
+def test_failure_reason_label(batching_server: RunningServer) -> None:
     text = requests.get(f"http://localhost:{batching_server.metrics_port}/metrics", timeout=5).text
     rejected = [
         line
@@ -107,3 +122,8 @@ def test_failure_reason_label(batching_server: RunningServer) -> None:
         and "REJECTED" in line
     ]
     assert rejected and float(rejected[0].rsplit(" ", 1)[1]) >= 1
+
+
+def test_load_duration_gauge(batching_server: RunningServer) -> None:
+    assert _metric(batching_server, "nv_model_load_duration_secs", "batched") > 0
+    assert _metric(batching_server, "nv_inference_pending_request_count", "batched") == 0

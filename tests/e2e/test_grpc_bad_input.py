@@ -501,7 +501,9 @@ def test_other_rpcs_status_codes(stub: Any) -> None:
 @pytest.mark.parametrize("version", ["abc", "-1", "99999999999999999999"])
 def test_invalid_version_strings_on_every_rpc(stub: Any, version: str) -> None:
     for call in (
-        lambda: stub.ModelMetadata(service_pb2.ModelMetadataRequest(name="simple", version=version), timeout=10),
+        lambda: stub.ModelMetadata(
+            service_pb2.ModelMetadataRequest(name="simple", version=version), timeout=10
+        ),
         lambda: stub.ModelConfig(service_pb2.ModelConfigRequest(name="simple", version=version), timeout=10),
         lambda: stub.ModelReady(service_pb2.ModelReadyRequest(name="simple", version=version), timeout=10),
     ):

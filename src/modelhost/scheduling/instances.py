@@ -83,6 +83,10 @@ class InstancePool:
         else:
             self._typical_ns += _EWMA_WEIGHT * (elapsed_ns - self._typical_ns)
 
+    def pending(self) -> int:
+        """Requests waiting for an instance."""
+        return sum(1 for w in self._waiters if isinstance(w, _QueuedJob) and not w.result.done())
+
     async def acquire(self) -> Worker:
         """The next idle instance (waiting in FIFO order for one); hand it to `run` or back to `release`."""
         if self._idle and not self._waiters:
