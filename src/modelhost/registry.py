@@ -20,6 +20,7 @@ from modelhost.errors import ModelConfigError, ModelhostError, NotFound, Unavail
 from modelhost.model import LoadedModel
 from modelhost.repository.layout import model_directories, version_directories
 from modelhost.scheduling.instances import InstancePool
+from modelhost.warmup import run_warmup
 
 log = logging.getLogger("modelhost.registry")
 
@@ -202,6 +203,7 @@ class ModelRegistry:
         try:
             for group, index, device in plan:
                 instances.append(backend.load_instance(ctx, group, index, device))
+            run_warmup(config, model_dir, instances)  # before READY, as in Triton
         except BaseException:
             for instance in instances:
                 instance.close()
