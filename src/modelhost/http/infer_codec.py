@@ -32,7 +32,7 @@ from modelhost.types import (
 _BOOLEAN_PARAMS = {"sequence_start", "sequence_end", "binary_data_output"}
 _UNSIGNED_PARAMS = {"priority", "timeout"}
 _NO_JSON = {"FP16", "BF16"}
-_TRITONRESERVED_PARAMETERS = (
+_TRITON_PREFIX_RESERVED = (
     "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
 )
 
@@ -66,7 +66,7 @@ def _no_triton_keys(params: dict[str, Any]) -> None:
     # Triton checks only the request's own parameters; those of inputs and outputs are reserved alike here.
     for key in params:
         if key.startswith("triton_"):
-            raise InvalidArgument(_TRITONRESERVED_PARAMETERS)
+            raise InvalidArgument(_TRITON_PREFIX_RESERVED)
 
 
 def _request_parameters(raw: Any) -> Parameters:
