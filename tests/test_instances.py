@@ -184,3 +184,37 @@ def test_pending_counts_jobs_waiting_for_an_instance() -> None:
 
     run(go())
     pool.close()
+
+
+class SpinningInstance(FakeInstance):
+    """Burns CPU (a sleeping fake would cost no CPU time at all)."""
+
+    spin_ns = 0
+
+    def execute(self, inputs: Arrays, output_names: list[str]) -> Arrays:
+        end = time.thread_time_ns() + self.spin_ns
+        while time.thread_time_ns() < end:
+            pass
+        return super().execute(inputs, output_names)
+
+
+def test_inline_decision_follows_cpu_time_with_hysteresis() -> None:
+    instance = SpinningInstance("spin")
+    pool = InstancePool([instance])
+
+    async def go() -> None:
+        for _ in range(20):
+            await pool.execute(job())
+        assert pool.runs_inline
+        instance.spin_ns = 150_000  # between the two thresholds: stays on the loop
+        for _ in range(60):
+            await pool.execute(job())
+        assert pool.runs_inline
+        instance.spin_ns = 1_000_000  # well past them: back to the worker thread
+        for _ in range(40):
+            await pool.execute(job())
+        assert not pool.runs_inline
+        assert instance.threads[-1] != threading.main_thread().name
+
+    run(go())
+    pool.close()

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from modelhost.backends.base import Arrays, ModelInstance
 from modelhost.stats import RequestTiming
 
-# Run on the event loop while the typical execution is shorter than this, and the inputs smaller than that.
+# Run on the event loop once the typical execution (CPU time) is shorter than this (and until it passes twice
+# that), for inputs smaller than that.
 INLINE_MAX_NS = 100_000
 INLINE_MAX_INPUT_BYTES = 64 * 1024
 # Executions timed on worker threads before the pool may decide to run a model inline.
@@ -67,14 +68,15 @@ class InstancePool:
         # FIFO of callers waiting for an instance: a batcher's acquire() or a queued job.
         self._waiters: collections.deque[asyncio.Future[Worker] | _QueuedJob] = collections.deque()
         self._runs = 0
-        self._typical_ns = 0.0  # moving average of execution times
+        self._typical_ns = 0.0  # moving average of execution CPU times
+        self._inline_now = False
 
     def __len__(self) -> int:
         return len(self._workers)
 
     @property
     def runs_inline(self) -> bool:
-        return self._runs >= _WARMUP_RUNS and self._typical_ns < INLINE_MAX_NS
+        return self._inline_now
 
     def _observe(self, elapsed_ns: int) -> None:
         self._runs += 1
@@ -82,6 +84,11 @@ class InstancePool:
             self._typical_ns = float(elapsed_ns)
         else:
             self._typical_ns += _EWMA_WEIGHT * (elapsed_ns - self._typical_ns)
+        # Hysteresis: a model near the threshold does not flip between the loop and its threads.
+        if self._inline_now:
+            self._inline_now = self._typical_ns < 2 * INLINE_MAX_NS
+        else:
+            self._inline_now = self._runs >= _WARMUP_RUNS and self._typical_ns < INLINE_MAX_NS
 
     def pending(self) -> int:
         """Requests waiting for an instance."""
@@ -125,10 +132,13 @@ class InstancePool:
     def _inline(self, job: Job) -> bool:
         return self.runs_inline and sum(a.nbytes for a in job.inputs.values()) <= INLINE_MAX_INPUT_BYTES
 
-    def _timed(self, worker: Worker, job: Job) -> tuple[Arrays, int]:
-        started = time.perf_counter_ns()
+    def _timed(self, worker: Worker, job: Job) -> tuple[Arrays, int, int]:
+        """The outputs, the wall-clock time of the execution (for the statistics) and the CPU time of the calling
+        thread (for the inline decision: unlike wall-clock time, it leaves out waiting for the GIL on a busy
+        host, which would otherwise make a 20 us model look slow and push it off the loop for good)."""
+        started, cpu_started = time.perf_counter_ns(), time.thread_time_ns()
         result = worker.instance.execute(job.inputs, job.output_names)
-        return result, time.perf_counter_ns() - started
+        return result, time.perf_counter_ns() - started, time.thread_time_ns() - cpu_started
 
     def start(self, worker: Worker, job: Job, result: asyncio.Future[Arrays], queued_ns: int = 0) -> None:
         """Run `job` on `worker` (inline or on its thread), resolve `result`, then release the instance."""
@@ -136,7 +146,7 @@ class InstancePool:
             job.timing.queue_ns = time.perf_counter_ns() - queued_ns
         if self._inline(job):
             try:
-                outcome: tuple[Arrays, int] | BaseException = self._timed(worker, job)
+                outcome: tuple[Arrays, int, int] | BaseException = self._timed(worker, job)
             except Exception as e:
                 outcome = e
             self._finish(worker, job, result, outcome)
@@ -145,7 +155,7 @@ class InstancePool:
 
         def on_thread() -> None:
             try:
-                outcome: tuple[Arrays, int] | BaseException = self._timed(worker, job)
+                outcome: tuple[Arrays, int, int] | BaseException = self._timed(worker, job)
             except Exception as e:
                 outcome = e
             loop.call_soon_threadsafe(self._finish, worker, job, result, outcome)
@@ -157,15 +167,15 @@ class InstancePool:
         worker: Worker,
         job: Job,
         result: asyncio.Future[Arrays],
-        outcome: tuple[Arrays, int] | BaseException,
+        outcome: tuple[Arrays, int, int] | BaseException,
     ) -> None:
         self.release(worker)  # first: the next queued job starts at once
         if isinstance(outcome, BaseException):
             if not result.done():
                 result.set_exception(outcome)
             return
-        arrays, elapsed = outcome
-        self._observe(elapsed)
+        arrays, elapsed, cpu = outcome
+        self._observe(cpu)
         job.timing.infer_ns = elapsed
         if not result.done():  # the caller may have gone away meanwhile
             result.set_result(arrays)
