@@ -1,10 +1,8 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,24 +20,12 @@ from modelhost.cli import (
 )
 from modelhost.options import ServerOptions
 
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 HONOURED = [f for f in FLAGS if f.status is Status.HONOURED]
 IGNORED = [f for f in FLAGS if f.status is Status.IGNORED]
 REFUSED = [f for f in FLAGS if f.status is Status.REFUSED]
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    # `modelhost serve` configures the modelhost logger; leave it as other tests expect it.
-    logger = logging.getLogger("modelhost")
-    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
-    yield
-    for handler in logger.handlers[:]:
-        if handler not in handlers:
-            logger.removeHandler(handler)
-            handler.close()
-    logger.setLevel(level)
-    logger.propagate = propagate
 
 
 class FakeApp:

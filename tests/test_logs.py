@@ -4,7 +4,6 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,9 @@ import pytest
 from modelhost.logs import LevelFilter, TritonFormatter, configure_logging, log_table
 from modelhost.options import ServerOptions
 
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 PID = os.getpid()
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    logger = logging.getLogger("modelhost")
-    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
-    yield
-    for handler in logger.handlers[:]:
-        if handler not in handlers:
-            logger.removeHandler(handler)
-            handler.close()
-    logger.setLevel(level)
-    logger.propagate = propagate
 
 
 def record(message: str, level: int = logging.INFO, created: float = 1_000_000_000.5) -> logging.LogRecord:

@@ -74,11 +74,3 @@ ONNX_TO_CONFIG: Final[dict[str, str]] = {
     "tensor(string)": "TYPE_STRING",
     "tensor(bfloat16)": "TYPE_BF16",
 }
-
-
-def wire_to_numpy(datatype: str) -> np.dtype[np.generic]:
-    return WIRE_TO_NUMPY[datatype]
-
-
-def is_valid_wire_datatype(datatype: str) -> bool:
-    return datatype in WIRE_TO_NUMPY

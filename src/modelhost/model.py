@@ -55,9 +55,9 @@ class LoadedModel:
         self.platform = config.platform or config.backend
         self.stats = ModelStats(name, self.version_str)
         # The scheduler in front of the instances (scheduling/): a request alone on an idle instance, or batched.
-        self.batcher = (
-            DynamicBatcher(pool, config, self.stats) if config.HasField("dynamic_batching") else None
-        )
+        # Triton accepts dynamic_batching on a non-batching model and does not batch it; neither do we.
+        batching = config.HasField("dynamic_batching") and self.max_batch_size > 0
+        self.batcher = DynamicBatcher(pool, config, self.stats) if batching else None
         batcher = self.batcher
         self.stats.pending = (
             (lambda: batcher.queued() + pool.pending()) if batcher is not None else pool.pending
@@ -199,7 +199,7 @@ class LoadedModel:
         job = Job(inputs, output_names, batch)
         timing = job.timing
         timing.input_ns = time.perf_counter_ns() - started
-        if self.batcher is not None and self.max_batch_size > 0:
+        if self.batcher is not None:
             results = await self.batcher.execute(job, request.priority, request.timeout_us)
         else:
             results = await self.pool.execute(job)
@@ -220,7 +220,7 @@ class LoadedModel:
                 array = np.asarray(array, dtype=spec.dtype)
             outputs.append(Tensor(name, datatype, list(array.shape), array))
         timing.output_ns = time.perf_counter_ns() - output_started
-        if self.batcher is None or self.max_batch_size == 0:
+        if self.batcher is None:  # a batcher records its own executions
             self.stats.executed(batch, timing.input_ns, timing.infer_ns, timing.output_ns)
         return InferenceResponse(self.name, self.version_str, request.id, outputs), timing
 

@@ -185,9 +185,8 @@ class ModelRegistry:
             )
 
     def _load_version(self, name: str, version: int, config: Any, backend: Any) -> LoadedModel:
-        assert self.models[name].model_dir is not None
         model_dir = self.models[name].model_dir
-        assert model_dir is not None
+        assert model_dir is not None  # set for every entry that reaches loading
         plan = _instance_plan(config, self.settings.gpu_count)
         ctx = BackendContext(
             model_name=name,
@@ -230,9 +229,6 @@ class ModelRegistry:
             if ventry.state == ModelState.READY and ventry.model is not None:
                 return ventry.model
         raise NotFound(f"Request for unknown model: '{name}' has no available versions")
-
-    def config_of(self, name: str, version: str = "") -> Any:
-        return self.get(name, version).config
 
     def ready_versions(self, name: str) -> list[str]:
         entry = self.models.get(name)

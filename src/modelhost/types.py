@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 # A request or response parameter: what KServe parameters may hold.
@@ -62,10 +61,6 @@ class InferenceResponse:
     id: str
     outputs: list[Tensor]
     parameters: Parameters = field(default_factory=dict)
-
-
-def empty_array(datatype_numpy: np.dtype[Any]) -> npt.NDArray[Any]:
-    return np.empty((0,), dtype=datatype_numpy)
 
 
 __all__ = [
