@@ -122,6 +122,7 @@ class DynamicBatcher:
         return priority
 
     def queued(self) -> int:
+        """Requests waiting (DELAY-expired ones included): O(levels), unlike listing the candidates."""
         return sum(level.size for level in self.levels.values())
 
     async def execute(self, job: Job, priority: int = 0, timeout_us: int = 0) -> Arrays:
@@ -227,7 +228,7 @@ class DynamicBatcher:
             batch = self._form(force=False)
             if batch is not None:
                 return batch
-            if not self._candidates():
+            if self.queued() == 0:
                 await self._wait_arrival(None)
                 continue
             deadline = self._oldest_wait_deadline()
@@ -245,7 +246,7 @@ class DynamicBatcher:
             await asyncio.wait_for(self._arrived.wait(), timeout)
 
     async def _dispatch(self) -> None:
-        while self._candidates():
+        while self.queued():
             worker = await self.pool.acquire()
             try:
                 batch = await self._next_batch()
