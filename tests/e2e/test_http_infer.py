@@ -227,3 +227,26 @@ def test_raw_binary_request(server: RunningServer) -> None:
     header = json.loads(r.content[:header_length])
     assert header["outputs"][0]["shape"] == [1, 6]
     np.testing.assert_array_equal(np.frombuffer(r.content[header_length:], dtype=np.float32), data)
+
+
+@pytest.mark.parametrize(("accept", "expected"), [("gzip", "gzip"), ("deflate;q=0.9, gzip;q=0.5", "deflate")])
+def test_response_is_compressed_as_accepted(server: RunningServer, accept: str, expected: str) -> None:
+    """tritonclient decompresses transparently, so the test above cannot tell; look at the raw answer."""
+    import zlib
+
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+    ).encode()
+    deflated = zlib.compress(body)
+    raw = requests.post(
+        f"http://{server.http_url}/v2/models/identity_fp32/infer",
+        data=deflated,
+        headers={"Content-Encoding": "deflate", "Accept-Encoding": accept},
+        timeout=10,
+        stream=True,
+    ).raw
+    assert raw.headers["Content-Encoding"] == expected
+    payload = raw.read(decode_content=False)
+    wbits = 16 + zlib.MAX_WBITS if expected == "gzip" else zlib.MAX_WBITS
+    answer = json.loads(zlib.decompress(payload, wbits))
+    assert answer["outputs"][0]["data"] == [1.0, 2.0, 3.0]
