@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import types
 from pathlib import Path
@@ -84,7 +85,14 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "log_error": True,
         "log_format": "default",
         "log_file": None,
+        "model_control_mode": "none",
+        "load_models": [],
+        "repository_poll_secs": 15,
+        "model_load_thread_count": 4,
+        "model_load_retry_count": 0,
         "backend_config": {},
+        "cuda_memory_pool_byte_size": {},
+        "model_load_gpu_limit": {},
     }
 
 
@@ -124,13 +132,23 @@ HONOURED_SAMPLES = {
     "metrics-address": "127.0.0.1",
     "metrics-port": "9002",
     "backend-config": "default-max-batch-size=8",
+    "model-control-mode": "explicit",
+    "repository-poll-secs": "1",
+    "load-model": "simple",
+    "model-load-thread-count": "1",
+    "model-load-retry-count": "3",
+    "cuda-memory-pool-byte-size": "0:1000",
+    "model-load-gpu-limit": "0:0.8",
 }
+# Flags that are only valid together with another one.
+PREREQUISITES = {"load-model": ["--model-control-mode=explicit"]}
 
 
 @pytest.mark.parametrize("flag", HONOURED, ids=lambda f: f.name)
 def test_every_honoured_flag_changes_the_options(flag: Flag) -> None:
     argv = [flag.option] if flag.kind == "switch" else [f"{flag.option}={HONOURED_SAMPLES[flag.name]}"]
-    assert parse_serve_args(argv) != ServerOptions()
+    prerequisites = PREREQUISITES.get(flag.name, [])
+    assert parse_serve_args(prerequisites + argv) != parse_serve_args(prerequisites)
 
 
 # --- Forms
@@ -187,9 +205,42 @@ def test_a_repeated_flag_keeps_its_last_value() -> None:
 
 
 @pytest.mark.parametrize("url", ["s3://bucket/models", "gs://bucket/models", "as://account/container/models"])
-def test_cloud_repositories_are_not_supported_yet(url: str) -> None:
-    with pytest.raises(CliError, match="not supported yet"):
-        parse_serve_args([f"--model-repository={url}"])
+def test_cloud_repositories_are_taken_as_given(url: str) -> None:
+    # Whether the store can be read is found out at startup (tests/e2e/test_s3_repository.py).
+    assert parse_serve_args([f"--model-repository={url}"]).model_repositories == [url]
+
+
+@pytest.mark.parametrize("mode", ["none", "poll", "explicit", "EXPLICIT", "Poll"])
+def test_model_control_modes_in_any_case(mode: str) -> None:
+    assert parse_serve_args([f"--model-control-mode={mode}"]).model_control_mode == mode.lower()
+
+
+def test_load_models_accumulate_in_explicit_mode() -> None:
+    options = parse_serve_args(
+        ["--model-control-mode=explicit", "--load-model=a", "--load-model", "b", "--model-load-retry-count=2"]
+    )
+    assert options.load_models == ["a", "b"]
+    assert options.model_load_retry_count == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model-control-mode=sometimes"], "must be none, poll or explicit"),
+        (["--load-model=a"], "requires setting '--model-control-mode=explicit'"),
+        (
+            ["--model-control-mode=explicit", "--load-model=*", "--load-model=a"],
+            "must be the ONLY startup model",
+        ),
+        (["--model-control-mode=explicit", "--load-model="], "must name a model"),
+        (["--model-load-thread-count=0"], "must be 1 or more"),
+        (["--model-load-retry-count=-1"], "must be 0 or more"),
+        (["--repository-poll-secs=-5"], "must be 0 or more"),
+    ],
+)
+def test_model_control_mistakes_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(CliError, match=re.escape(message)):
+        parse_serve_args(argv)
 
 
 def test_disable_auto_complete_config_takes_no_value() -> None:
@@ -332,6 +383,76 @@ def test_backend_config_values_are_checked() -> None:
         parse_serve_args(["--backend-config=onnxruntime,intra_op_thread_count=many"])
 
 
+# --- Memory flags (what they do: tests/test_gpu_memory.py)
+
+
+def test_memory_flags_in_tritonservers_forms() -> None:
+    options = parse_serve_args(
+        [
+            "--cuda-memory-pool-byte-size=0:67108864",
+            "--cuda-memory-pool-byte-size",
+            "1:1000",
+            "--model-load-gpu-limit=0:0.8",
+            "--model-load-gpu-limit=1:1",
+            "--model-load-gpu-limit=2:0",
+        ]
+    )
+    assert options.cuda_memory_pool_byte_size == {0: 67108864, 1: 1000}
+    assert options.model_load_gpu_limit == {0: 0.8, 1: 1.0, 2: 0.0}
+
+
+def test_a_gpu_named_twice_keeps_its_last_memory_setting() -> None:
+    options = parse_serve_args(["--cuda-memory-pool-byte-size=0:1", "--cuda-memory-pool-byte-size=0:2"])
+    assert options.cuda_memory_pool_byte_size == {0: 2}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--pinned-memory-pool-byte-size=1GB"],
+            "--pinned-memory-pool-byte-size: invalid integer value '1GB'",
+        ),
+        (
+            ["--cuda-memory-pool-byte-size=1000"],
+            "--cuda-memory-pool-byte-size format is '<gpu>:<bytes>', got '1000'",
+        ),
+        (["--cuda-memory-pool-byte-size=gpu0:1000"], "format is '<gpu>:<bytes>', got 'gpu0:1000'"),
+        (
+            ["--cuda-memory-pool-byte-size=0:64MB"],
+            "--cuda-memory-pool-byte-size: invalid byte size '64MB' in '0:64MB'",
+        ),
+        (["--cuda-memory-pool-byte-size=0:"], "invalid byte size '' in '0:'"),
+        (
+            ["--cuda-memory-pool-byte-size=-1:1000"],
+            "--cuda-memory-pool-byte-size expects device ID >= 0, got -1",
+        ),
+        (["--cuda-memory-pool-byte-size=0:-5"], "for GPU 0 must be 0 or more bytes, got -5"),
+        (["--model-load-gpu-limit=0.5"], "--model-load-gpu-limit format is '<gpu>:<fraction>', got '0.5'"),
+        (["--model-load-gpu-limit=0:half"], "--model-load-gpu-limit: invalid fraction 'half' in '0:half'"),
+        # tritonserver's own messages (its L0_lifecycle test looks for them).
+        (["--model-load-gpu-limit=-1:0.6"], "--model-load-gpu-limit expects device ID >= 0, got -1"),
+        (["--model-load-gpu-limit=0:-0.4"], "expects limit fraction to be in range [0.0, 1.0], got -0.4"),
+        (["--model-load-gpu-limit=0:1.5"], "expects limit fraction to be in range [0.0, 1.0], got 1.5"),
+        (["--model-load-gpu-limit=0:nan"], "expects limit fraction to be in range [0.0, 1.0], got nan"),
+    ],
+)
+def test_bad_memory_flag_values_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(CliError) as raised:
+        parse_serve_args(argv)
+    assert message in str(raised.value)
+
+
+def test_memory_flags_are_accepted_on_the_command_line(app: FakeApp, tmp_path: Path) -> None:
+    argv = [
+        "--pinned-memory-pool-byte-size=0",
+        "--cuda-memory-pool-byte-size=0:1000",
+        "--model-load-gpu-limit=0:1",
+    ]
+    assert main(["serve", f"--model-repository={tmp_path}", *argv]) == 0
+    assert app.calls[0].cuda_memory_pool_byte_size == {0: 1000}
+
+
 # --- Refused and ignored flags
 
 
@@ -356,7 +477,6 @@ def test_refused_flag_with_the_value_modelhost_honours_anyway_is_accepted(flag: 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--model-control-mode=NONE"],
         ["--rate-limit", "OFF"],
         ["--allow-sagemaker=0", "--allow-vertex-ai=off", "--allow-client-shm=FALSE"],
         ["--model-namespacing=off", "--reuse-http-port=0", "--grpc-use-ssl=false"],

@@ -7,10 +7,12 @@ import contextlib
 import logging
 import os
 import signal
-from pathlib import Path
+from typing import cast
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.devices import gpu_count
+from modelhost.gpu_memory import GpuMemory
+from modelhost.gpu_memory import startup_notes as gpu_memory_notes
 from modelhost.grpc.service import start_grpc_server
 from modelhost.http.protocol import HttpProtocol, start_http_server
 from modelhost.http.routes import HttpRoutes
@@ -18,7 +20,8 @@ from modelhost.log_settings import LogSettings
 from modelhost.logs import log_table
 from modelhost.metrics import start_metrics_server
 from modelhost.options import ServerOptions
-from modelhost.registry import LoadSettings, ModelRegistry
+from modelhost.registry import ControlMode, LoadSettings, ModelRegistry
+from modelhost.repository.sources import RepositoryError, RepositorySource, open_repository
 from modelhost.server import EXTENSIONS, Server
 
 log = logging.getLogger("modelhost")
@@ -28,34 +31,15 @@ log = logging.getLogger("modelhost")
 EXIT_TIMED_OUT = -1
 
 
-class StartupError(Exception):
-    pass
-
-
-def local_repositories(options: ServerOptions) -> list[Path]:
-    paths: list[Path] = []
-    for repo in options.model_repositories:
-        if "://" in repo:
-            scheme = repo.split("://", 1)[0]
-            raise StartupError(
-                f"model repository '{repo}': {scheme}:// repositories are not supported yet; use a local directory"
-            )
-        path = Path(repo).expanduser()
-        if not path.is_dir():
-            raise StartupError(f"failed to stat file {repo}: the model repository directory does not exist")
-        paths.append(path.resolve())
-    return paths
-
-
-def _options_table(options: ServerOptions, repos: list[Path]) -> str:
+def _options_table(options: ServerOptions, repos: list[RepositorySource]) -> str:
     rows: list[tuple[str, str]] = [
         ("server_id", options.server_id),
         ("server_version", TRITON_COMPAT_VERSION),
         ("server_extensions", " ".join(EXTENSIONS)),
     ]
-    rows += [(f"model_repository_path[{i}]", str(p)) for i, p in enumerate(repos)]
+    rows += [(f"model_repository_path[{i}]", r.url) for i, r in enumerate(repos)]
     rows += [
-        ("model_control_mode", "MODE_NONE"),
+        ("model_control_mode", f"MODE_{options.model_control_mode.upper()}"),
         ("strict_model_config", str(int(not options.auto_complete_config))),
         ("model_config_name", options.model_config_name or ""),
         ("strict_readiness", str(int(options.strict_readiness))),
@@ -70,19 +54,29 @@ def _listen_addresses(bound: asyncio.Server) -> str:
 
 async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> int:
     try:
-        repos = local_repositories(options)
-    except StartupError as e:
+        repos = [open_repository(url) for url in options.model_repositories]
+    except RepositoryError as e:
         log.error("%s", e)
         return 1
+    gpus = gpu_count()
+    for level, message in gpu_memory_notes(options, gpus):
+        log.log(level, "%s", message)
     settings = LoadSettings(
         config_name=options.model_config_name,
         auto_complete=options.auto_complete_config,
         backend_config=options.backend_config,
-        gpu_count=gpu_count(),
+        gpu_count=gpus,
+        gpu_memory=GpuMemory.from_options(options),
+        load_threads=options.model_load_thread_count,
+        load_retries=options.model_load_retry_count,
     )
-    registry = ModelRegistry(repos, settings)
-    registry.discover()
-    await registry.load_all()
+    mode = options.model_control_mode
+    registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions
+    try:
+        await registry.start(options.load_models if mode == "explicit" else None)
+    except RepositoryError as e:
+        log.error("%s", e)
+        return 1
     log.info("\n%s", log_table(["Model", "Version", "Status"], registry.status_rows()))
     log.info("\n%s", _options_table(options, repos))
     server = Server(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
@@ -121,9 +115,14 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    poller: asyncio.Task[None] | None = None
+    if mode == "poll" and options.repository_poll_secs > 0:
+        poller = asyncio.create_task(registry.poll_forever(options.repository_poll_secs))
     if ready is not None:
         ready.set()
     await stop.wait()
+    if poller is not None:
+        poller.cancel()
     log.info(
         "Received a stop signal: no new requests, waiting up to %d s for %d in flight",
         options.exit_timeout_secs,

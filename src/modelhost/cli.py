@@ -124,7 +124,6 @@ SECTIONS = (SERVER, REPOSITORY, LOGGING, HTTP, GRPC, METRICS, BACKEND, TRACING, 
             SAGEMAKER, VERTEX_AI)  # fmt: skip
 
 _NO_THREAD_POOL = "modelhost serves from an asyncio event loop, not a pool of threads"
-_MODEL_CONTROL = "modelhost loads every model at startup (model control mode 'none')"
 _NO_GPU = "modelhost does not manage GPU memory or devices"
 
 
@@ -158,8 +157,9 @@ FLAGS: tuple[Flag, ...] = (
              "client shared memory is not implemented yet", accepted=("false",)),
     # Model repository
     _honoured("model-repository", "str", "the bundled examples", REPOSITORY,
-              "Path of a local model repository; repeatable. A model name found in two repositories makes "
-              "that model unavailable.", repeatable=True, metavar="<path>"),
+              "A model repository: a local path, s3://[<host>:<port>/]<bucket>/<prefix>, gs:// or as://; "
+              "repeatable. A model name found in two repositories makes that model unavailable.",
+              repeatable=True, metavar="<path>"),
     _honoured("model-store", "str", "the bundled examples", REPOSITORY,
               "Same as --model-repository.", repeatable=True, metavar="<path>"),
     _honoured("model-config-name", "str", "", REPOSITORY,
@@ -169,19 +169,19 @@ FLAGS: tuple[Flag, ...] = (
               "Do not auto-complete model configurations: config.pbtxt files must be complete."),
     _honoured("strict-model-config", "bool", "false", REPOSITORY,
               "DEPRECATED: true is the same as --disable-auto-complete-config."),
-    _refused("model-control-mode", "str", "none", REPOSITORY,
-             "How models are loaded: none (all at startup), poll or explicit.",
-             "poll and explicit modes come with the model repository API", accepted=("none",)),
-    _refused("repository-poll-secs", "int", "15", REPOSITORY,
-             "Seconds between polls of the repositories (poll mode only).", _MODEL_CONTROL,
-             accepted=("15",)),
-    _refused("load-model", "str", "", REPOSITORY,
-             "Model to load at startup (explicit mode only); repeatable.", _MODEL_CONTROL, repeatable=True),
-    _refused("model-load-thread-count", "int", "4", REPOSITORY,
-             "Number of models loaded concurrently.", "the model load concurrency is not configurable yet"),
-    _refused("model-load-retry-count", "int", "0", REPOSITORY,
-             "Times to retry loading a model that failed to load.",
-             "modelhost does not retry failed loads", accepted=("0",)),
+    _honoured("model-control-mode", "str", "none", REPOSITORY,
+              "How models are loaded: none (all at startup, fixed), poll (all at startup, then the "
+              "repositories are rescanned every --repository-poll-secs) or explicit (those named by "
+              "--load-model at startup, then through the repository API).", field="model_control_mode"),
+    _honoured("repository-poll-secs", "int", "15", REPOSITORY,
+              "Seconds between polls of the repositories (poll mode only).", field="repository_poll_secs"),
+    _honoured("load-model", "str", "", REPOSITORY,
+              "Model to load at startup (explicit mode only); repeatable; '*' loads every model.",
+              repeatable=True, metavar="<name>"),
+    _honoured("model-load-thread-count", "int", "4", REPOSITORY,
+              "Number of model versions loaded concurrently.", field="model_load_thread_count"),
+    _honoured("model-load-retry-count", "int", "0", REPOSITORY,
+              "Times to retry loading a model version that failed to load.", field="model_load_retry_count"),
     _refused("model-namespacing", "bool", "false", REPOSITORY,
              "Allow the same model name in different repositories.",
              "model namespacing is not implemented yet", accepted=("false",)),
@@ -337,11 +337,15 @@ FLAGS: tuple[Flag, ...] = (
              "the rate limiter is not implemented yet", repeatable=True,
              metavar="<name>:<count>[:<device>]"),
     # Memory and devices
-    _refused("pinned-memory-pool-byte-size", "int", "268435456", MEMORY,
-             "Bytes of pinned host memory for host/device copies.", _NO_GPU, accepted=("0",)),
-    _refused("cuda-memory-pool-byte-size", "str", "", MEMORY,
-             "Bytes of CUDA memory pool for a GPU; repeatable.", _NO_GPU, repeatable=True,
-             metavar="<gpu>:<bytes>"),
+    # The memory flags: what they map onto is in modelhost/gpu_memory.py; none has an effect without a GPU.
+    _ignored("pinned-memory-pool-byte-size", "int", "268435456", MEMORY,
+             "Bytes of pinned host memory for host/device copies.",
+             "ONNX Runtime allocates its own pinned host memory and offers no limit for it; modelhost has no "
+             "staging pool of its own"),
+    _honoured("cuda-memory-pool-byte-size", "str", "", MEMORY,
+              "Bytes of GPU memory for a GPU; repeatable. ONNX Runtime's gpu_mem_limit for each instance on "
+              "that GPU (0 = no limit). No effect on a host without a GPU.",
+              repeatable=True, metavar="<gpu>:<bytes>"),
     _refused("cuda-virtual-address-size", "str", "", MEMORY,
              "CUDA virtual address size for growable implicit state; repeatable.", _NO_GPU,
              repeatable=True, metavar="<gpu>:<bytes>"),
@@ -353,9 +357,10 @@ FLAGS: tuple[Flag, ...] = (
              "A host policy setting (numa-node, cpu-cores); repeatable.",
              "host policies are not implemented yet", repeatable=True,
              metavar="<policy>,<setting>=<value>"),
-    _refused("model-load-gpu-limit", "str", "", MEMORY,
-             "Refuse model loads above this fraction of GPU memory in use; repeatable.", _NO_GPU,
-             repeatable=True, metavar="<gpu>:<fraction>"),
+    _honoured("model-load-gpu-limit", "str", "", MEMORY,
+              "Fail the load of a GPU instance when, once created, more than this fraction (0.0 to 1.0) of "
+              "its GPU's memory is in use; repeatable. No effect on a host without a GPU.",
+              repeatable=True, metavar="<gpu>:<fraction>"),
     # SageMaker
     _refused("allow-sagemaker", "bool", "false", SAGEMAKER, "Serve the SageMaker API.",
              "the SageMaker API comes in a later release", accepted=("false",)),
@@ -382,7 +387,6 @@ FLAGS_BY_NAME: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
 _TRUE = frozenset({"true", "on", "1"})
 _FALSE = frozenset({"false", "off", "0"})
 _INT = re.compile(r"[+-]?[0-9]+")
-_CLOUD_REPOSITORY = re.compile(r"(s3|gs|as)://", re.IGNORECASE)
 
 # --backend-config values: (backend ("" = global), setting, value)
 BackendSetting = tuple[str, str, str]
@@ -556,7 +560,10 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     notes: list[Note] = []
     values: dict[str, Any] = {}  # ServerOptions field -> value; a later flag overrides an earlier one
     repositories: list[str] = []
+    load_models: list[str] = []
     backend_config: dict[str, dict[str, str]] = {}
+    cuda_pools: dict[int, int] = {}  # a GPU named twice keeps its last value
+    load_limits: dict[int, float] = {}
     disable_auto_complete = strict_model_config = False
     for name, raw in given:
         flag = FLAGS_BY_NAME[name]
@@ -569,9 +576,19 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             notes.append((logging.INFO, f"{flag.option} is ignored: {flag.note}"))
         elif name in ("model-repository", "model-store"):
             repositories.append(_repository(flag, raw))
+        elif name == "load-model":
+            load_models.append(raw)
+        elif name == "model-control-mode":
+            values["model_control_mode"] = raw.strip().lower()  # tritonserver lowercases it too
         elif name == "backend-config":
             backend, setting, setting_value = _backend_setting(raw)
             backend_config.setdefault(backend, {})[setting] = setting_value
+        elif name == "cuda-memory-pool-byte-size":
+            gpu, size = _cuda_pool(flag, raw)
+            cuda_pools[gpu] = size
+        elif name == "model-load-gpu-limit":
+            gpu, fraction = _load_limit(flag, raw)
+            load_limits[gpu] = fraction
         elif name == "disable-auto-complete-config":
             disable_auto_complete = True
         elif name == "strict-model-config":
@@ -590,7 +607,14 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     # --disable-auto-complete-config wins over --strict-model-config=false, as in tritonserver.
     values["auto_complete_config"] = not (disable_auto_complete or strict_model_config)
     try:
-        options = ServerOptions(model_repositories=repositories, backend_config=backend_config, **values)
+        options = ServerOptions(
+            model_repositories=repositories,
+            load_models=load_models,
+            backend_config=backend_config,
+            cuda_memory_pool_byte_size=cuda_pools,
+            model_load_gpu_limit=load_limits,
+            **values,
+        )
     except ValueError as error:
         raise CliError(str(error)) from error
     return options, notes
@@ -634,10 +658,6 @@ def _int_or_none(raw: str) -> int | None:
 def _repository(flag: Flag, raw: str) -> str:
     if not raw:
         raise CliError(f"{flag.option} must not be empty")
-    if _CLOUD_REPOSITORY.match(raw):
-        raise CliError(
-            f"{flag.option} {raw}: cloud storage repositories (s3://, gs://, as://) are not supported yet"
-        )
     return raw
 
 
@@ -652,6 +672,32 @@ def _backend_setting(raw: str) -> BackendSetting:
     if comma and not backend:
         raise CliError(f"--backend-config {raw!r} names no backend before the comma")
     return backend, setting, value
+
+
+def _gpu_setting(flag: Flag, raw: str) -> tuple[int, str]:
+    """tritonserver's `<gpu>:<value>`, split at the first colon; the GPU is an integer (checked for >= 0 by
+    ServerOptions, in tritonserver's words)."""
+    gpu_text, colon, value = raw.partition(":")
+    gpu = _int_or_none(gpu_text)
+    if not colon or gpu is None:
+        raise CliError(f"{flag.option} format is '{flag.metavar}', got {raw!r}")
+    return gpu, value
+
+
+def _cuda_pool(flag: Flag, raw: str) -> tuple[int, int]:
+    gpu, value = _gpu_setting(flag, raw)
+    size = _int_or_none(value)
+    if size is None:
+        raise CliError(f"{flag.option}: invalid byte size {value!r} in {raw!r}")
+    return gpu, size
+
+
+def _load_limit(flag: Flag, raw: str) -> tuple[int, float]:
+    gpu, value = _gpu_setting(flag, raw)
+    try:
+        return gpu, float(value)
+    except ValueError:
+        raise CliError(f"{flag.option}: invalid fraction {value!r} in {raw!r}") from None
 
 
 # Documentation ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ Everything per model (tensor specs, labels, metadata) is compiled once at load, 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -59,6 +60,8 @@ class LoadedModel:
         batching = config.HasField("dynamic_batching") and self.max_batch_size > 0
         self.batcher = DynamicBatcher(pool, config, self.stats) if batching else None
         batcher = self.batcher
+        self._in_flight = 0
+        self._idle: asyncio.Event | None = None
         self.stats.pending = (
             (lambda: batcher.queued() + pool.pending()) if batcher is not None else pool.pending
         )
@@ -192,6 +195,16 @@ class LoadedModel:
 
     async def infer(self, request: InferenceRequest) -> tuple[InferenceResponse, RequestTiming]:
         """The response, and where the request spent its time."""
+        # Counted so that an unload or a reload closes this version only once its last request is answered.
+        self._in_flight += 1
+        try:
+            return await self._infer(request)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def _infer(self, request: InferenceRequest) -> tuple[InferenceResponse, RequestTiming]:
         started = time.perf_counter_ns()
         # Requested outputs first, as Triton checks them.
         output_names = self._output_names(request)
@@ -223,6 +236,13 @@ class LoadedModel:
         if self.batcher is None:  # a batcher records its own executions
             self.stats.executed(batch, timing.input_ns, timing.infer_ns, timing.output_ns)
         return InferenceResponse(self.name, self.version_str, request.id, outputs), timing
+
+    async def drained(self) -> None:
+        """Return once no request is running on this version (callers stop sending new ones first)."""
+        while self._in_flight:
+            if self._idle is None or self._idle.is_set():
+                self._idle = asyncio.Event()
+            await self._idle.wait()
 
     def close(self) -> None:
         self.pool.close()

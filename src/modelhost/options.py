@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
 LOG_FORMATS = ("default", "ISO8601")
+MODEL_CONTROL_MODES = ("none", "poll", "explicit")
 
 # --backend-config settings honoured today, by backend ("" = the global settings that apply to every backend).
 # Values are all non-negative integers; the python backend's settings come with the python backend.
@@ -55,8 +56,17 @@ class ServerOptions:
     log_error: bool = True
     log_format: str = "default"
     log_file: str | None = None  # None (or "") = stderr
+    # Model management: none | poll | explicit, as tritonserver's --model-control-mode.
+    model_control_mode: str = "none"
+    load_models: list[str] = field(default_factory=list)  # --load-model, explicit mode; "*" = all
+    repository_poll_secs: int = 15
+    model_load_thread_count: int = 4
+    model_load_retry_count: int = 0
     # backend name ("" = global) -> setting -> value, as given to --backend-config.
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The memory flags; modelhost.gpu_memory says what they map onto.
+    cuda_memory_pool_byte_size: dict[int, int] = field(default_factory=dict)  # CUDA device -> bytes
+    model_load_gpu_limit: dict[int, float] = field(default_factory=dict)  # CUDA device -> fraction in use
 
     def __post_init__(self) -> None:
         if not self.metrics_address:
@@ -97,8 +107,31 @@ def _problems(options: ServerOptions) -> list[str]:
     if name is not None and (not name or any(c.isspace() for c in name) or "/" in name):
         # tritonserver: "The name should not contain any space character"; a slash would leave configs/.
         problems.append(f"--model-config-name must be a non-empty name without spaces or '/', got {name!r}")
+    problems.extend(_model_control_problems(options))
     problems.extend(_backend_config_problems(options.backend_config))
+    problems.extend(_memory_problems(options))
     problems.extend(_port_collisions(options))
+    return problems
+
+
+def _model_control_problems(options: ServerOptions) -> list[str]:
+    problems: list[str] = []
+    if options.model_control_mode not in MODEL_CONTROL_MODES:
+        problems.append(
+            f"--model-control-mode must be none, poll or explicit, got {options.model_control_mode!r}"
+        )
+    if options.load_models and options.model_control_mode != "explicit":
+        problems.append("Use of '--load-model' requires setting '--model-control-mode=explicit' as well.")
+    if "*" in options.load_models and len(options.load_models) > 1:
+        problems.append("Wildcard model name '*' must be the ONLY startup model if specified at all.")
+    if any(not name.strip() for name in options.load_models):
+        problems.append("--load-model must name a model")
+    if options.repository_poll_secs < 0:
+        problems.append(f"--repository-poll-secs must be 0 or more, got {options.repository_poll_secs}")
+    if options.model_load_thread_count < 1:
+        problems.append(f"--model-load-thread-count must be 1 or more, got {options.model_load_thread_count}")
+    if options.model_load_retry_count < 0:
+        problems.append(f"--model-load-retry-count must be 0 or more, got {options.model_load_retry_count}")
     return problems
 
 
@@ -112,6 +145,24 @@ def _backend_config_problems(config: dict[str, dict[str, str]]) -> list[str]:
                 problems.append(f"--backend-config {where} is not supported yet")
             elif not value.isdigit():
                 problems.append(f"--backend-config {where} must be an integer 0 or more, got {value!r}")
+    return problems
+
+
+def _memory_problems(options: ServerOptions) -> list[str]:
+    # The device and fraction messages are tritonserver's own.
+    problems: list[str] = []
+    for gpu, size in options.cuda_memory_pool_byte_size.items():
+        if gpu < 0:
+            problems.append(f"--cuda-memory-pool-byte-size expects device ID >= 0, got {gpu}")
+        if size < 0:
+            problems.append(f"--cuda-memory-pool-byte-size for GPU {gpu} must be 0 or more bytes, got {size}")
+    for gpu, fraction in options.model_load_gpu_limit.items():
+        if gpu < 0:
+            problems.append(f"--model-load-gpu-limit expects device ID >= 0, got {gpu}")
+        if not 0.0 <= fraction <= 1.0:  # NaN included
+            problems.append(
+                f"--model-load-gpu-limit expects limit fraction to be in range [0.0, 1.0], got {fraction}"
+            )
     return problems
 
 

@@ -1,28 +1,46 @@
 """The model registry: which models and versions exist, their states, and the loaded versions that serve.
 
-Loading is blocking work (reading files, building runtime sessions), so it runs on worker threads; the registry
-itself is only touched from the event loop.
+The registry is only touched from the event loop; blocking work (syncing a remote repository, reading configs,
+building runtime sessions, closing them) runs on worker threads. Lifecycle rules, as in Triton:
+
+- One load or unload at a time per model (a lock per name), and at most --model-load-thread-count loads at once.
+- A reload builds the new versions while the old ones keep serving, then swaps them in one step on the event
+  loop. From the swap on, new requests go to the new versions; the old ones are closed once their last request
+  is answered (see `_retire`). No accepted request fails because of a reload or an unload.
+- A reload that fails leaves what served before serving, with the failure in the index and the log.
+- Versions whose files did not change are kept as they are, not reloaded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
+import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from modelhost.backends.base import BackendContext, ModelInstance, backend_for
-from modelhost.config import load_model_config
-from modelhost.errors import ModelConfigError, ModelhostError, NotFound, Unavailable
+from modelhost.config import complete_model_config, config_from_json, load_model_config
+from modelhost.errors import InvalidArgument, ModelConfigError, ModelhostError, NotFound, Unavailable
+from modelhost.gpu_memory import GpuMemory
+from modelhost.memory import release_free_memory
 from modelhost.model import LoadedModel
-from modelhost.repository.layout import model_directories, version_directories
+from modelhost.repository.fingerprint import ModelFingerprint, fingerprint
+from modelhost.repository.layout import model_directories
+from modelhost.repository.overrides import LoadOverride, check_model_name, write_model_files
+from modelhost.repository.sources import RepositoryError, RepositorySource
 from modelhost.scheduling.instances import InstancePool
 from modelhost.warmup import run_warmup
 
 log = logging.getLogger("modelhost.registry")
+
+ControlMode = Literal["none", "poll", "explicit"]
+UNLOADED = "unloaded"
 
 
 class ModelState(enum.StrEnum):
@@ -38,16 +56,27 @@ class VersionEntry:
     state: ModelState = ModelState.LOADING
     reason: str = ""
     model: LoadedModel | None = None
+    fingerprint: str = ""  # of the version directory this version was loaded from
 
 
 @dataclass(slots=True)
 class ModelEntry:
     name: str
-    model_dir: Path | None
+    model_dir: Path | None = None  # where the serving versions were loaded from
     # A failure before any version could be considered (bad config, duplicate name, no versions).
     error: str = ""
     config: Any = None
     versions: dict[int, VersionEntry] = field(default_factory=dict)
+    shared_fingerprint: str = ""
+    # Loaded with an override: its files are not the repository's, so an unchanged repository is no reason
+    # to keep it on the next load.
+    overridden: bool = False
+    override_dir: tempfile.TemporaryDirectory[str] | None = None
+    # What the last load attempt saw (success or failure): a poll retries a model only when this changes.
+    seen: tuple[tuple[Path, ...], ModelFingerprint | None] | None = None
+
+    def serving(self) -> list[VersionEntry]:
+        return [v for v in self.versions.values() if v.state == ModelState.READY and v.model is not None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +86,9 @@ class LoadSettings:
     # --backend-config, by backend name ("" = global settings).
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     gpu_count: int = 0
+    gpu_memory: GpuMemory = field(default_factory=GpuMemory)
     load_threads: int = 4
+    load_retries: int = 0
 
     def backend_settings(self, backend: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(backend, {})}
@@ -91,102 +122,325 @@ def _instance_plan(config: Any, gpu_count: int) -> list[tuple[Any, int, int]]:
 
 
 class ModelRegistry:
-    def __init__(self, repositories: list[Path], settings: LoadSettings) -> None:
-        self.repositories = repositories
+    def __init__(
+        self, sources: list[RepositorySource], settings: LoadSettings, mode: ControlMode = "none"
+    ) -> None:
+        self.sources = sources
         self.settings = settings
+        self.mode = mode
         self.models: dict[str, ModelEntry] = {}
+        self._roots: list[Path | None] = [None] * len(sources)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._load_slots = asyncio.Semaphore(max(1, settings.load_threads))
+        self._retiring: set[asyncio.Task[None]] = set()
 
-    def discover(self) -> None:
-        """Find model directories; a name present in two repositories is unavailable, as in Triton."""
-        seen: dict[str, list[Path]] = {}
-        for repo in self.repositories:
-            for name, path in model_directories(repo).items():
-                seen.setdefault(name, []).append(path)
-        for name, paths in sorted(seen.items()):
-            if len(paths) > 1:
-                where = ", ".join(str(p.parent) for p in paths)
-                self.models[name] = ModelEntry(
-                    name, None, error=f"model '{name}' appears in multiple model repositories: {where}"
-                )
-            else:
-                self.models[name] = ModelEntry(name, paths[0])
+    # -- repositories ------------------------------------------------------------------------------------------
 
-    async def load_all(self) -> None:
-        limit = asyncio.Semaphore(self.settings.load_threads)
+    @property
+    def roots(self) -> list[Path]:
+        """The local directories of the repositories (remote ones: their mirrors), once synced."""
+        return [r for r in self._roots if r is not None]
 
-        async def load(entry: ModelEntry) -> None:
-            async with limit:
-                await self._load_model(entry)
+    async def sync(self, *, strict: bool) -> None:
+        """Bring every repository's local copy up to date. Not strict: a repository that cannot be read is
+        logged and keeps its previous copy, so its models keep serving and the next poll tries again."""
+        for i, source in enumerate(self.sources):
+            try:
+                self._roots[i] = await asyncio.to_thread(source.sync)
+            except RepositoryError as e:
+                if strict or self._roots[i] is None:
+                    raise
+                log.error("failed to poll model repository %s: %s (its models keep serving)", source.url, e)
 
-        await asyncio.gather(*(load(e) for e in self.models.values() if not e.error))
-        for entry in self.models.values():
-            if entry.error:
-                log.error("failed to load '%s': %s", entry.name, entry.error)
+    def scan(self) -> dict[str, list[Path]]:
+        """Model directories by name, over every repository (a name may be in several: an error at load)."""
+        found: dict[str, list[Path]] = {}
+        for root in self.roots:
+            try:
+                dirs = model_directories(root)
+            except OSError as e:
+                log.error("failed to read model repository %s: %s", root, e)
+                continue
+            for name, path in dirs.items():
+                found.setdefault(name, []).append(path)
+        return found
 
-    async def _load_model(self, entry: ModelEntry) -> None:
-        assert entry.model_dir is not None
-        model_dir = entry.model_dir
+    # -- startup, polling, load and unload requests -------------------------------------------------------------
+
+    async def start(self, names: Iterable[str] | None = None) -> None:
+        """The initial load: every model of the repositories, or those named (explicit mode; '*' = all)."""
+        await self.sync(strict=True)
+        scanned = self.scan()
+        wanted = sorted(scanned) if names is None else list(dict.fromkeys(names))
+        if "*" in wanted:
+            wanted = sorted(scanned)
+        for name in wanted:
+            if name not in scanned:  # asked for by --load-model: a startup failure, as in Triton
+                self.models[name] = ModelEntry(name, error="model not found in any model repository")
+                log.error("failed to load '%s': model not found in any model repository", name)
+        wanted = [name for name in wanted if name in scanned]
+        await asyncio.gather(*(self._load_quietly(name, scanned) for name in wanted))
+
+    async def load(self, name: str, override: LoadOverride | None = None) -> None:
+        """Load or reload a model (the repository extension's load); raises with the reason when it fails."""
+        check_model_name(name)
+        async with self._lock(name):
+            if override is None or not override.files:
+                try:
+                    await self.sync(strict=True)
+                except RepositoryError as e:
+                    raise Unavailable(
+                        f"failed to load '{name}': the model repository cannot be read: {e}"
+                    ) from e
+            await self._load(name, self.scan(), override)
+
+    async def unload(self, name: str) -> None:
+        """Stop serving every version of a model; each closes once its in-flight requests are answered."""
+        check_model_name(name)
+        async with self._lock(name):
+            entry = self.models.get(name)
+            if entry is not None:
+                self._unload(entry)
+
+    async def poll(self) -> None:
+        """One poll of poll mode: load new and changed models, unload removed ones."""
+        await self.sync(strict=False)
+        scanned = self.scan()
+
+        async def one(name: str) -> None:
+            async with self._lock(name):
+                entry = self.models.get(name)
+                dirs = scanned.get(name)
+                if not dirs:
+                    if entry is not None and (entry.versions or entry.error):
+                        log.info("model '%s' was removed from the repository", name)
+                        self._unload(entry)
+                        entry.seen = None
+                    return
+                if entry is None or entry.seen != await self._look(dirs):
+                    await self._load_quietly(name, scanned)
+
+        await asyncio.gather(*(one(n) for n in sorted(set(scanned) | set(self.models))))
+
+    async def poll_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.poll()
+            except Exception:  # a poll must never end polling
+                log.exception("failed to poll the model repositories")
+
+    async def settled(self) -> None:
+        """Wait until every retired version is closed (tests, shutdown)."""
+        while self._retiring:
+            await asyncio.gather(*list(self._retiring), return_exceptions=True)
+
+    # -- loading -----------------------------------------------------------------------------------------------
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _look(self, dirs: list[Path]) -> tuple[tuple[Path, ...], ModelFingerprint | None]:
+        fp = await asyncio.to_thread(fingerprint, dirs[0]) if len(dirs) == 1 else None
+        return tuple(dirs), fp
+
+    async def _load_quietly(self, name: str, scanned: dict[str, list[Path]]) -> None:
+        """A load at startup or from a poll: the failure is recorded and logged, not raised."""
+        with contextlib.suppress(ModelhostError):  # recorded in the entry and logged by _load
+            await self._load(name, scanned, None)
+
+    def _model_dir(self, name: str, dirs: list[Path]) -> Path:
+        if not dirs:
+            raise InvalidArgument("model not found in any model repository")
+        if len(dirs) > 1:
+            where = ", ".join(str(p.parent) for p in dirs)
+            raise InvalidArgument(f"model '{name}' appears in multiple model repositories: {where}")
+        return dirs[0]
+
+    def _read_config(self, model_dir: Path, override: LoadOverride | None) -> Any:
         settings = self.settings
-        try:
-            config = await asyncio.to_thread(
-                load_model_config,
+        default_mbs = int(settings.backend_settings("onnxruntime").get("default-max-batch-size", "4"))
+        if override is not None and override.config_json is not None:
+            parsed = config_from_json(override.config_json, model_dir.name)
+            return complete_model_config(
+                parsed,
                 model_dir,
-                config_name=settings.config_name,
+                source="the config override of the load request",
                 auto_complete=settings.auto_complete,
-                default_max_batch_size=int(
-                    settings.backend_settings("onnxruntime").get("default-max-batch-size", "4")
-                ),
+                default_max_batch_size=default_mbs,
                 gpu_count=settings.gpu_count,
             )
+        return load_model_config(
+            model_dir,
+            config_name=settings.config_name,
+            auto_complete=settings.auto_complete,
+            default_max_batch_size=default_mbs,
+            gpu_count=settings.gpu_count,
+        )
+
+    async def _load(self, name: str, scanned: dict[str, list[Path]], override: LoadOverride | None) -> None:
+        entry = self.models.setdefault(name, ModelEntry(name))
+        dirs = scanned.get(name, [])
+        holder: tempfile.TemporaryDirectory[str] | None = None
+        try:
+            if override is not None and override.files:
+                holder, model_dir = await asyncio.to_thread(write_model_files, name, override.files)
+                dirs = [model_dir]
+            else:
+                model_dir = self._model_dir(name, dirs)
+            seen = await self._look(dirs)
+            if override is None:
+                entry.seen = seen
+            config = await asyncio.to_thread(self._read_config, model_dir, override)
             backend = backend_for(config)
         except ModelhostError as e:
-            entry.error = str(e)
-            return
-        entry.config = config
-        available = list(version_directories(model_dir))
-        wanted = select_versions(config, available)
+            if holder is not None:
+                holder.cleanup()
+            if not dirs and not entry.serving():
+                del self.models[name]  # no such model: nothing to record (and no effect on readiness)
+            else:
+                self._record_failure(entry, str(e))
+            # Triton's words first (clients match on them), then the reason, which Triton leaves to its log.
+            raise InvalidArgument(
+                f"failed to load '{name}', failed to poll from model repository: {e}"
+            ) from e
+        fp = seen[1]
+        assert fp is not None  # one directory
+        wanted = select_versions(config, list(fp.versions))
         if not wanted:
-            entry.error = (
-                f"at least one version must be available under the version policy of model '{entry.name}'"
+            if holder is not None:
+                holder.cleanup()
+            message = f"at least one version must be available under the version policy of model '{name}'"
+            self._record_failure(entry, message)
+            raise InvalidArgument(f"load failed for model '{name}': {message}")
+
+        def reusable(version: int) -> VersionEntry | None:
+            old = entry.versions.get(version)
+            if (
+                override is None
+                and not entry.overridden
+                and old is not None
+                and old.state == ModelState.READY
+                and entry.model_dir == model_dir
+                and entry.shared_fingerprint == fp.shared
+                and old.fingerprint == fp.versions.get(version)
+                and entry.config == config
+            ):
+                return old
+            return None
+
+        built: dict[int, VersionEntry] = {}
+        failures: dict[int, str] = {}
+        for version in wanted:
+            kept = reusable(version)
+            if kept is not None:
+                built[version] = kept
+            elif version not in fp.versions:
+                failures[version] = f"version {version} not found in {model_dir}"
+            else:
+                try:
+                    model = await self._build(name, version, model_dir, config, backend)
+                except ModelhostError as e:
+                    failures[version] = str(e)
+                else:
+                    built[version] = VersionEntry(version, ModelState.READY, "", model, fp.versions[version])
+        for version, reason in failures.items():
+            log.error("failed to load '%s' version %d: %s", name, version, reason)
+
+        if failures and entry.serving():
+            # A failed update: what served before keeps serving; what was built for it is closed.
+            for version, ventry in built.items():
+                if ventry is not entry.versions.get(version) and ventry.model is not None:
+                    self._retire([ventry.model], None)
+            for version, reason in failures.items():
+                old = entry.versions.get(version)
+                if old is None or old.state != ModelState.READY:
+                    entry.versions[version] = VersionEntry(version, ModelState.UNAVAILABLE, reason)
+            if holder is not None:
+                holder.cleanup()
+            log.error("failed to reload '%s': the versions loaded before keep serving", name)
+            raise InvalidArgument(self._failure_message(name, failures))
+
+        # Commit: one step, with no await, so every request sees either the old versions or the new ones.
+        retired = [
+            v.model for v in entry.versions.values() if v.model is not None and built.get(v.version) is not v
+        ]
+        for version, ventry in entry.versions.items():
+            if version not in built and version not in failures and ventry.state == ModelState.READY:
+                ventry.state = ModelState.UNLOADING
+                built[version] = ventry  # shown as UNLOADING, then "unloaded"
+            elif version not in built and version not in failures and ventry.state != ModelState.UNLOADING:
+                built[version] = VersionEntry(version, ModelState.UNAVAILABLE, UNLOADED)
+        for version, reason in failures.items():
+            built[version] = VersionEntry(version, ModelState.UNAVAILABLE, reason)
+        for ventry in built.values():
+            if ventry.state == ModelState.READY:
+                ventry.reason = ""  # a kept version may carry the reason of an earlier failed reload
+        old_holder = entry.override_dir
+        entry.versions = dict(sorted(built.items()))
+        entry.model_dir, entry.config, entry.error = model_dir, config, ""
+        entry.shared_fingerprint = fp.shared
+        entry.overridden = override is not None and not override.empty
+        entry.override_dir = holder
+        self._retire(retired, old_holder)
+        if failures:
+            raise InvalidArgument(self._failure_message(name, failures))
+
+    @staticmethod
+    def _failure_message(name: str, failures: dict[int, str]) -> str:
+        states = "; ".join(f"version {v} is at UNAVAILABLE state: {r}" for v, r in failures.items())
+        return f"load failed for model '{name}': {states}"
+
+    def _record_failure(self, entry: ModelEntry, reason: str) -> None:
+        serving = entry.serving()
+        if serving:
+            log.error(
+                "failed to reload '%s': %s (the versions loaded before keep serving)", entry.name, reason
             )
+            for ventry in serving:  # in the index: still READY, and why the update did not happen
+                ventry.reason = f"a reload failed: {reason}"
             return
-        for version in wanted:
-            entry.versions[version] = VersionEntry(version)
-        for version in wanted:
-            vdir = model_dir / str(version)
-            ventry = entry.versions[version]
-            if not vdir.is_dir():
-                ventry.state, ventry.reason = (
-                    ModelState.UNAVAILABLE,
-                    f"version {version} not found in {model_dir}",
-                )
-                log.error("failed to load '%s' version %d: %s", entry.name, version, ventry.reason)
-                continue
+        entry.error = reason
+        entry.versions = {}
+        log.error("failed to load '%s': %s", entry.name, reason)
+
+    async def _build(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
+        """Load one version (its instances, then warmup), retried --model-load-retry-count times."""
+        attempts = 1 + max(0, self.settings.load_retries)
+        for attempt in range(1, attempts + 1):
             started = time.monotonic()
             try:
-                ventry.model = await asyncio.to_thread(
-                    self._load_version, entry.name, version, config, backend
-                )
+                async with self._load_slots:
+                    model = await asyncio.to_thread(
+                        self._load_version, name, version, model_dir, config, backend
+                    )
             except ModelhostError as e:
-                ventry.state, ventry.reason = ModelState.UNAVAILABLE, str(e)
-                log.error("failed to load '%s' version %d: %s", entry.name, version, e)
-                continue
+                error: ModelhostError = e
             except Exception as e:  # a backend fault at load fails this version only
-                ventry.state, ventry.reason = ModelState.UNAVAILABLE, f"{type(e).__name__}: {e}"
-                log.exception("failed to load '%s' version %d", entry.name, version)
-                continue
-            ventry.state = ModelState.READY
-            ventry.model.stats.load_duration_s = time.monotonic() - started
-            log.info(
-                "successfully loaded '%s' version %d (%.2f s)",
-                entry.name,
-                version,
-                time.monotonic() - started,
-            )
+                log.exception("failed to load '%s' version %d", name, version)
+                error = ModelhostError(f"{type(e).__name__}: {e}")
+            else:
+                model.stats.load_duration_s = time.monotonic() - started
+                log.info(
+                    "successfully loaded '%s' version %d (%.2f s)", name, version, time.monotonic() - started
+                )
+                return model
+            if attempt < attempts:
+                log.warning(
+                    "loading '%s' version %d failed (attempt %d of %d): %s",
+                    name,
+                    version,
+                    attempt,
+                    attempts,
+                    error,
+                )
+        raise error
 
-    def _load_version(self, name: str, version: int, config: Any, backend: Any) -> LoadedModel:
-        model_dir = self.models[name].model_dir
-        assert model_dir is not None  # set for every entry that reaches loading
+    def _load_version(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
         plan = _instance_plan(config, self.settings.gpu_count)
         ctx = BackendContext(
             model_name=name,
@@ -197,6 +451,7 @@ class ModelRegistry:
             backend_config=self.settings.backend_settings(backend.name),
             total_instances=len(plan),
             gpu_count=self.settings.gpu_count,
+            gpu_memory=self.settings.gpu_memory,
         )
         instances: list[ModelInstance] = []
         try:
@@ -208,6 +463,49 @@ class ModelRegistry:
                 instance.close()
             raise
         return LoadedModel(name, version, config, model_dir, InstancePool(instances))
+
+    # -- unloading ---------------------------------------------------------------------------------------------
+
+    def _unload(self, entry: ModelEntry) -> None:
+        retired: list[LoadedModel] = []
+        for ventry in entry.versions.values():
+            if ventry.state == ModelState.READY and ventry.model is not None:
+                ventry.state = ModelState.UNLOADING
+                retired.append(ventry.model)
+            elif ventry.state != ModelState.UNLOADING:
+                ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED
+        if entry.error:
+            entry.error = ""
+            entry.versions = {}
+        entry.overridden = False
+        holder, entry.override_dir = entry.override_dir, None
+        self._retire(retired, holder)
+
+    def _retire(self, models: list[LoadedModel], holder: tempfile.TemporaryDirectory[str] | None) -> None:
+        """Close models that no longer take requests, each once its last request is answered."""
+        if not models and holder is None:
+            return
+
+        async def run() -> None:
+            for model in models:
+                await model.drained()
+                try:
+                    await asyncio.to_thread(model.close)
+                except Exception:
+                    log.exception("failed to close '%s' version %d", model.name, model.version)
+                log.info("successfully unloaded '%s' version %d", model.name, model.version)
+                entry = self.models.get(model.name)
+                ventry = entry.versions.get(model.version) if entry is not None else None
+                if ventry is not None and ventry.model is model:
+                    ventry.model = None
+                    ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED
+            if holder is not None:
+                holder.cleanup()
+            await asyncio.to_thread(release_free_memory)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     # -- lookups -----------------------------------------------------------------------------------------------
 
@@ -246,22 +544,38 @@ class ModelRegistry:
         ]
 
     def all_ready(self) -> bool:
+        """Every model that should serve does (versions unloaded on purpose do not count, as in Triton)."""
         for entry in self.models.values():
             if entry.error:
                 return False
-            if any(v.state != ModelState.READY for v in entry.versions.values()):
-                return False
+            for v in entry.versions.values():
+                if v.state != ModelState.READY and v.reason != UNLOADED:
+                    return False
         return True
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         rows: list[dict[str, str]] = []
-        for name in sorted(self.models):
-            entry = self.models[name]
+        scanned = self.scan()
+        names = set(self.models)
+        if not ready_only:
+            names |= set(scanned)  # models in the repository that were never loaded: their name only
+        for name in sorted(names):
+            entry = self.models.get(name)
+            if (
+                entry is not None
+                and name not in scanned
+                and not any(v.model is not None for v in entry.versions.values())
+            ):
+                continue  # gone from the repository (or loaded from overrides) and unloaded: not listed, as Triton
+            if entry is None or (not entry.error and not entry.versions):
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
             if entry.error:
                 if not ready_only:
                     rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": entry.error})
                 continue
-            for version, ventry in sorted(entry.versions.items()):
+            for version, ventry in entry.versions.items():
                 if ready_only and ventry.state != ModelState.READY:
                     continue
                 row = {"name": name, "version": str(version), "state": ventry.state.value}
@@ -274,6 +588,8 @@ class ModelRegistry:
         """(model, version, status) for the startup table, as Triton prints it."""
         rows: list[tuple[str, str, str]] = []
         for item in self.index():
+            if "state" not in item:
+                continue  # not loaded (explicit mode)
             status = item["state"] + (f": {item['reason']}" if item.get("reason") else "")
             rows.append((item["name"], item.get("version", "-"), status))
         return rows
@@ -284,7 +600,17 @@ class ModelRegistry:
                 if ventry.model is not None:
                     ventry.model.close()
                     ventry.model = None
-                ventry.state, ventry.reason = ModelState.UNAVAILABLE, "unloaded"
+                ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED
+            if entry.override_dir is not None:
+                entry.override_dir.cleanup()
+                entry.override_dir = None
 
 
-__all__ = ["LoadSettings", "ModelConfigError", "ModelRegistry", "ModelState", "select_versions"]
+__all__ = [
+    "ControlMode",
+    "LoadSettings",
+    "ModelConfigError",
+    "ModelRegistry",
+    "ModelState",
+    "select_versions",
+]

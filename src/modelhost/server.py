@@ -9,9 +9,10 @@ from typing import Any
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config import config_to_json
-from modelhost.errors import ModelhostError, Unavailable, Unsupported
+from modelhost.errors import InvalidArgument, ModelhostError, Unavailable, Unsupported
 from modelhost.log_settings import LogSettings
 from modelhost.registry import ModelRegistry
+from modelhost.repository.overrides import parse_load_parameters
 from modelhost.stats import ModelStats
 from modelhost.types import InferenceRequest, InferenceResponse
 
@@ -25,6 +26,8 @@ EXTENSIONS = [
     "parameters",
     "statistics",
     "logging",
+    "model_repository",
+    "model_repository(unload_dependents)",
 ]
 
 
@@ -89,6 +92,26 @@ class Server:
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.registry.index(ready_only)
+
+    def _check_explicit_mode(self) -> None:
+        if self.registry.mode != "explicit":
+            # Triton's answer in both the none and the poll mode.
+            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
+
+    async def load_model(self, name: str, parameters: dict[str, Any], *, files_base64: bool) -> None:
+        """The repository extension's load: (re)load `name`, with optional config and file overrides."""
+        self._check_explicit_mode()
+        override = parse_load_parameters(parameters, files_base64=files_base64)
+        await self.registry.load(name, None if override.empty else override)
+
+    async def unload_model(self, name: str, parameters: dict[str, Any]) -> None:
+        """The repository extension's unload. `unload_dependents` is accepted: no model depends on another
+        until ensembles exist, so unloading a model never has dependents to unload."""
+        self._check_explicit_mode()
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise InvalidArgument("unload parameter 'unload_dependents' must be a boolean")
+        await self.registry.unload(name)
 
     # -- inference ---------------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,16 +59,22 @@ def _http_ok(port: int, path: str) -> bool:
 
 
 def start_server(
-    repositories: list[Path], log_path: Path, *args: str, wait_ready: bool = True, timeout: float = 60
+    repositories: Sequence[Path | str],
+    log_path: Path,
+    *args: str,
+    wait_ready: bool = True,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
 ) -> RunningServer:
+    """`env`, when given, is the server's whole environment (PYTHONUNBUFFERED added); else this process's."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     command = [sys.executable, "-m", "modelhost", "serve"]
     command += [f"--model-repository={r}" for r in repositories]
     command += [f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
     command += list(args)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    environment = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
     server = RunningServer(process, http_port, grpc_port, metrics_port, log_path)
     deadline = time.monotonic() + timeout
     path = "/v2/health/ready" if wait_ready else "/v2/health/live"
@@ -84,9 +90,13 @@ def start_server(
 
 @contextlib.contextmanager
 def running_server(
-    repositories: list[Path], log_path: Path, *args: str, wait_ready: bool = True
+    repositories: Sequence[Path | str],
+    log_path: Path,
+    *args: str,
+    wait_ready: bool = True,
+    env: dict[str, str] | None = None,
 ) -> Iterator[RunningServer]:
-    server = start_server(repositories, log_path, *args, wait_ready=wait_ready)
+    server = start_server(repositories, log_path, *args, wait_ready=wait_ready, env=env)
     try:
         yield server
     finally:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy.typing as npt
 
 from modelhost.errors import ModelConfigError
+from modelhost.gpu_memory import GpuMemory
 
 Arrays = dict[str, npt.NDArray[Any]]
 
@@ -29,6 +30,8 @@ class BackendContext:
     # How many instances of this model version will run side by side (for thread budgets).
     total_instances: int = 1
     gpu_count: int = 0
+    # --cuda-memory-pool-byte-size and --model-load-gpu-limit, for KIND_GPU instances.
+    gpu_memory: GpuMemory = field(default_factory=GpuMemory)
 
 
 class ModelInstance(Protocol):

@@ -17,6 +17,7 @@ from modelhost.backends.base import Arrays, BackendContext
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.devices import cpu_count
 from modelhost.errors import InternalError, InvalidArgument, ModelConfigError
+from modelhost.gpu_memory import check_load_limit, cuda_provider_options
 
 _CONFIG_TYPE_NAMES = {v: k for k, v in ONNX_TO_CONFIG.items()}
 
@@ -130,7 +131,8 @@ def gpu_providers(ctx: BackendContext, device_id: int) -> list[Any]:
             raise ModelConfigError(
                 f"unable to load model '{ctx.model_name}': unknown GPU execution accelerator '{accel.name}'"
             )
-    cuda: dict[str, Any] = {"device_id": device_id}
+    # --cuda-memory-pool-byte-size first, so that a model's own `cuda` accelerator parameters win over it.
+    cuda: dict[str, Any] = {"device_id": device_id, **cuda_provider_options(ctx.gpu_memory, device_id)}
     for accel in ctx.config.optimization.execution_accelerators.gpu_execution_accelerator:
         if accel.name == "cuda":
             cuda.update(dict(accel.parameters.items()))
@@ -233,4 +235,13 @@ class OnnxRuntimeBackend:
                 f"unable to load model '{ctx.model_name}' version {ctx.version}: {e}"
             ) from e
         _check_io(ctx, session)
-        return OnnxRuntimeInstance(f"{group.name}_{index}", ctx.model_name, session)
+        instance = OnnxRuntimeInstance(f"{group.name}_{index}", ctx.model_name, session)
+        del session  # the instance holds it alone, so closing the instance releases its memory
+        if kind == "KIND_GPU":
+            try:
+                # After the session exists, as tritonserver checks: its own memory counts against the limit.
+                check_load_limit(ctx.gpu_memory, instance.name, device_id)
+            except BaseException:
+                instance.close()
+                raise
+        return instance

@@ -51,6 +51,15 @@ def _not_yet(feature: str) -> Callable[..., Awaitable[Any]]:
     return handler
 
 
+def _parameter_values(parameters: Any) -> dict[str, Any]:
+    """Parameter messages (a oneof `parameter_choice` of bool, int, string, ...) as plain values."""
+    values: dict[str, Any] = {}
+    for key, value in parameters.items():
+        which = value.WhichOneof("parameter_choice")
+        values[key] = getattr(value, which) if which else None
+    return values
+
+
 class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -105,11 +114,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
     async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def run() -> Any:
-            changes: dict[str, Any] = {}
-            for key, value in request.settings.items():
-                which = value.WhichOneof("parameter_choice")
-                changes[key] = getattr(value, which) if which else None
-            settings = self.server.logging_settings(changes)
+            settings = self.server.logging_settings(_parameter_values(request.settings))
             response = service_pb2.LogSettingsResponse()
             for key, current in settings.items():
                 if isinstance(current, bool):
@@ -134,11 +139,24 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         return await _answer(context, "repository index", run)
 
     async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNAVAILABLE, "explicit model load / unload is not allowed if polling is enabled"
-        )
+        async def run() -> Any:
+            if request.repository_name:
+                raise Unsupported("'repository_name' specification is not supported")
+            parameters = _parameter_values(request.parameters)
+            await self.server.load_model(request.model_name, parameters, files_base64=False)
+            return service_pb2.RepositoryModelLoadResponse()
 
-    RepositoryModelUnload = RepositoryModelLoad
+        return await _answer(context, f"load of '{request.model_name}'", run)
+
+    async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            if request.repository_name:
+                raise Unsupported("'repository_name' specification is not supported")
+            parameters = _parameter_values(request.parameters)
+            await self.server.unload_model(request.model_name, parameters)
+            return service_pb2.RepositoryModelUnloadResponse()
+
+        return await _answer(context, f"unload of '{request.model_name}'", run)
 
     async def _infer_one(self, request: Any) -> Any:
         core_request = decode_request(request)

@@ -90,7 +90,8 @@ class HttpRoutes:
             ok = self.server.is_live() if which == "live" else self.server.is_ready()
             return _ok() if ok else HttpResponse(400, b"")
         if m := _REPOSITORY.fullmatch(path):
-            return self._repository(request, m.group(1), m.group(2))
+            action = m.group(4) or "index"
+            return await self._repository(request, m.group(1), action, unquote(m.group(3) or ""))
         if m := _SHARED_MEMORY.fullmatch(path):
             return error_response(501, f"the {m.group(1)} shared memory extension is not supported yet")
         if path in _NOT_YET:
@@ -146,40 +147,45 @@ class HttpRoutes:
             return _json(self.server.logging_settings())
         if request.method != "POST":
             return _method_not_allowed()
-        body = self._body(request)
-        try:
-            changes = orjson.loads(body) if body.strip() else {}
-        except orjson.JSONDecodeError as e:
-            raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from e
-        if not isinstance(changes, dict):
-            raise InvalidArgument("the logging settings must be a JSON object")
-        return _json(self.server.logging_settings(changes))
+        return _json(self.server.logging_settings(self._json_object(request, "logging settings")))
 
     def _statistics(self, name: str, version: str) -> HttpResponse:
         return _json({"model_stats": [s.to_json() for s in self.server.statistics(name, version)]})
 
-    def _repository(self, request: HttpRequest, repo: str | None, action: str) -> HttpResponse:
+    async def _repository(
+        self, request: HttpRequest, repo: str | None, action: str, name: str
+    ) -> HttpResponse:
         if request.method != "POST":
             return _method_not_allowed()
         if repo is not None:
             return error_response(501, "'repository_name' specification is not supported")
-        if action != "index":
-            # Model control mode "none": the repository is fixed at startup, as in Triton.
-            return error_response(503, "explicit model load / unload is not allowed if polling is enabled")
-        ready_only = False
-        body = self._body(request)
-        if body.strip():
-            try:
-                doc = orjson.loads(body)
-            except orjson.JSONDecodeError as e:
-                raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from e
-            if not isinstance(doc, dict):
-                raise InvalidArgument("the repository index request must be a JSON object")
+        doc = self._json_object(request, "repository request")
+        if action == "index":
             ready = doc.get("ready", False)
             if not isinstance(ready, bool):
                 raise InvalidArgument("'ready' must be a boolean")
-            ready_only = ready
-        return _json(self.server.repository_index(ready_only))
+            return _json(self.server.repository_index(ready))
+        parameters = doc.get("parameters", {})
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("'parameters' must be a JSON object")
+        if action == "load":
+            await self.server.load_model(name, parameters, files_base64=True)
+        else:
+            await self.server.unload_model(name, parameters)
+        return _ok()
+
+    def _json_object(self, request: HttpRequest, what: str) -> dict[str, object]:
+        """The request body as a JSON object; an empty body is an empty object."""
+        body = self._body(request)
+        if not body.strip():
+            return {}
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from e
+        if not isinstance(doc, dict):
+            raise InvalidArgument(f"the {what} must be a JSON object")
+        return doc
 
     def _body(self, request: HttpRequest) -> bytes:
         encoding = request.headers.get("content-encoding")
