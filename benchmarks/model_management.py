@@ -24,7 +24,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -39,6 +38,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from servers import Ports, Server  # noqa: E402
+
+from e2e.traffic import Send, Traffic  # noqa: E402
 
 EXAMPLES = ROOT / "src" / "modelhost" / "examples"
 MODELHOST = str(ROOT / ".venv" / "bin" / "modelhost")
@@ -93,42 +94,20 @@ def explicit_server(
         server.stop()
 
 
-class Traffic:
-    """Closed-loop HTTP clients on one model; counts successes and failures."""
+def sender(model: str, arrays: dict[str, np.ndarray]) -> Send:
+    """One inference of `model` with these inputs (built once, shared read-only by the client threads)."""
+    inputs = []
+    for name, array in arrays.items():
+        tensor = httpclient.InferInput(
+            name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT32"
+        )
+        tensor.set_data_from_numpy(array, binary_data=True)
+        inputs.append(tensor)
 
-    def __init__(self, url: str, model: str, inputs: dict[str, np.ndarray], clients: int) -> None:
-        self.ok = 0
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._args = (url, model, inputs)
-        self._threads = [threading.Thread(target=self._run) for _ in range(clients)]
+    def send(client: httpclient.InferenceServerClient) -> None:
+        client.infer(model, inputs)
 
-    def _run(self) -> None:
-        url, model, arrays = self._args
-        client = httpclient.InferenceServerClient(url)
-        inputs = []
-        for name, array in arrays.items():
-            tensor = httpclient.InferInput(
-                name, list(array.shape), "FP32" if array.dtype == np.float32 else "INT32"
-            )
-            tensor.set_data_from_numpy(array, binary_data=True)
-            inputs.append(tensor)
-        while not self._stop.is_set():
-            try:
-                client.infer(model, inputs)
-                self.ok += 1
-            except Exception as e:
-                self.failures.append(str(e))
-
-    def __enter__(self) -> Traffic:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join()
+    return send
 
 
 MLP_INPUT = {"INPUT0": np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)}
@@ -143,7 +122,7 @@ def bench_rolling(workdir: Path, reloads: int, clients: int) -> dict[str, object
         admin = httpclient.InferenceServerClient(url)
         base = admin.get_model_config("mlp")
         started = time.monotonic()
-        with Traffic(url, "mlp", MLP_INPUT, clients) as traffic:
+        with Traffic(url, sender("mlp", MLP_INPUT), clients) as traffic:
             time.sleep(1)
             for i in range(reloads):
                 version = i + 2
@@ -179,7 +158,7 @@ def bench_cycles(workdir: Path, cycles: int, clients: int) -> dict[str, object]:
         url = server.http_url.removeprefix("http://")
         admin = httpclient.InferenceServerClient(url)
         samples: list[float] = []
-        with Traffic(url, "simple", SIMPLE_INPUT, clients) as traffic:
+        with Traffic(url, sender("simple", SIMPLE_INPUT), clients) as traffic:
             for i in range(cycles):
                 admin.load_model("mlp")
                 admin.unload_model("mlp")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import onnx
+import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 
 import modelhost
@@ -187,3 +189,12 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
 """,
     )
+
+
+def slow_inputs(iterations: int) -> list[httpclient.InferInput]:
+    """Inputs of the `add_slow` model: `iterations` rounds (about a millisecond each on this machine)."""
+    iters = httpclient.InferInput("ITERS", [1], "INT64")
+    iters.set_data_from_numpy(np.array([iterations], dtype=np.int64))
+    x = httpclient.InferInput("X", [256, 256], "FP32")
+    x.set_data_from_numpy(np.full((256, 256), 0.001, dtype=np.float32))
+    return [iters, x]

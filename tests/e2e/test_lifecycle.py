@@ -14,17 +14,9 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 
-from e2e.models import add_identity, add_slow, copy_examples, write_config
+from e2e.models import add_identity, add_slow, copy_examples, slow_inputs, write_config
 from e2e.server_process import running_server, start_server
 from modelhost.devices import gpu_count
-
-
-def _slow_inputs(iterations: int) -> list[httpclient.InferInput]:
-    iters = httpclient.InferInput("ITERS", [1], "INT64")
-    iters.set_data_from_numpy(np.array([iterations], dtype=np.int64))
-    x = httpclient.InferInput("X", [256, 256], "FP32")
-    x.set_data_from_numpy(np.full((256, 256), 0.001, dtype=np.float32))
-    return [iters, x]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +34,7 @@ def test_sigterm_lets_in_flight_requests_finish(slow_repo: Path, tmp_path: Path)
 
     def slow_request() -> None:
         try:
-            outcome["result"] = client.infer("slow", _slow_inputs(2000)).as_numpy("Y")
+            outcome["result"] = client.infer("slow", slow_inputs(2000)).as_numpy("Y")
         except Exception as e:  # reported by the assertion below
             outcome["error"] = e
 
@@ -62,9 +54,7 @@ def test_sigterm_lets_in_flight_requests_finish(slow_repo: Path, tmp_path: Path)
 def test_exit_timeout_bounds_shutdown(slow_repo: Path, tmp_path: Path) -> None:
     server = start_server([slow_repo], tmp_path / "server.log", "--exit-timeout-secs=1")
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
-    worker = threading.Thread(
-        target=lambda: _ignore_errors(lambda: client.infer("slow", _slow_inputs(40000)))
-    )
+    worker = threading.Thread(target=lambda: _ignore_errors(lambda: client.infer("slow", slow_inputs(40000))))
     worker.start()
     time.sleep(0.5)
     started = time.monotonic()

@@ -17,8 +17,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from e2e.models import add_identity, add_versioned_add, copy_examples, write_config
+from e2e.models import add_identity, add_slow, add_versioned_add, copy_examples, slow_inputs, write_config
 from e2e.server_process import RunningServer, running_server
+from e2e.traffic import Traffic
 
 ADD_CONFIG = """
 platform: "onnxruntime_onnx"
@@ -36,6 +37,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     add_versioned_add(root, "adder", (1, 2), "{ latest { num_versions: 1 } }")
     add_versioned_add(root, "rolling", (1,), "{ latest { num_versions: 1 } }")
     add_identity(root, "broken_later", "FP32")
+    add_slow(root)
     write_config(root / "never_valid", 'platform: "onnxruntime_onnx"\nmax_batch_size: -3\n')
     return root
 
@@ -322,30 +324,12 @@ def test_new_version_rolls_in_under_traffic_without_failures(
     server: RunningServer, client: httpclient.InferenceServerClient, repo: Path
 ) -> None:
     client.load_model("rolling")
-    failures: list[str] = []
-    answers: set[int] = set()
-    stop = threading.Event()
-
-    def traffic() -> None:
-        own = httpclient.InferenceServerClient(server.http_url)
-        while not stop.is_set():
-            try:
-                answers.add(int(add_request(own, "rolling")[0, 0]))
-            except Exception as e:
-                failures.append(str(e))
-
-    threads = [threading.Thread(target=traffic) for _ in range(4)]
-    for t in threads:
-        t.start()
-    try:
+    send = lambda c: int(add_request(c, "rolling")[0, 0])  # noqa: E731
+    with Traffic(server.http_url, send, clients=4) as traffic:
         for version in (2, 3, 4):
             time.sleep(0.2)
-            shutil.copytree(repo / "adder" / "2", repo / "rolling" / str(version))
-            (repo / "rolling" / str(version) / "model.onnx").write_bytes(
-                (repo / "adder" / "1" / "model.onnx").read_bytes()
-                if version % 2
-                else (repo / "adder" / "2" / "model.onnx").read_bytes()
-            )
+            # Odd versions add 1, even ones 2: the answers tell the versions apart.
+            shutil.copytree(repo / "adder" / str(2 - version % 2), repo / "rolling" / str(version))
             client.load_model("rolling")
             assert index_of(client, "rolling")[-1] == {
                 "name": "rolling",
@@ -353,12 +337,8 @@ def test_new_version_rolls_in_under_traffic_without_failures(
                 "state": "READY",
             }
         time.sleep(0.2)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join()
-    assert failures == []
-    assert answers == {1, 2}
+    assert traffic.failures == []
+    assert traffic.answers == {1, 2}
     wait_for_state_of_version(client, "rolling", "3", "UNAVAILABLE")
 
 
@@ -407,3 +387,47 @@ def test_concurrent_loads_and_unloads_are_serialised(
     assert client.is_model_ready("identity_fp32")
     rows = index_of(client, "identity_fp32")
     assert rows == [{"name": "identity_fp32", "version": "1", "state": "READY"}]
+
+
+def test_unload_lets_in_flight_requests_finish(
+    server: RunningServer, client: httpclient.InferenceServerClient
+) -> None:
+    client.load_model("slow")
+    outcome: dict[str, object] = {}
+
+    def slow_request() -> None:
+        try:
+            own = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+            outcome["result"] = own.infer("slow", slow_inputs(1500)).as_numpy("Y")
+        except Exception as e:
+            outcome["error"] = e
+
+    worker = threading.Thread(target=slow_request)
+    worker.start()
+    time.sleep(0.5)  # the request (seconds long) is running
+    client.unload_model("slow")
+    assert index_of(client, "slow")[0]["state"] == "UNLOADING"
+    assert not client.is_model_ready("slow")  # no new requests
+    worker.join(120)
+    assert "error" not in outcome, outcome
+    assert outcome["result"] is not None
+    wait_for_state(client, "slow", "UNAVAILABLE")
+
+
+def test_load_retries_are_counted_in_the_log(tmp_path: Path) -> None:
+    model = add_identity(tmp_path / "repo", "retried", "FP32")
+    (model / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    log = tmp_path / "retry.log"
+    with running_server(
+        [tmp_path / "repo"],
+        log,
+        "--model-control-mode=explicit",
+        "--load-model=retried",
+        "--model-load-retry-count=2",
+        "--exit-on-error=false",
+        "--strict-readiness=false",
+    ) as running:
+        text = running.log()
+    assert "loading 'retried' version 1 failed (attempt 1 of 3)" in text
+    assert "loading 'retried' version 1 failed (attempt 2 of 3)" in text
+    assert "failed to load 'retried' version 1" in text

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from e2e.models import add_identity, add_versioned_add
 from e2e.server_process import RunningServer, running_server
+from e2e.traffic import Traffic
 
 POLL_SECS = 1
 
@@ -73,34 +73,6 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 15) -> Non
     raise AssertionError(f"timed out waiting for {what}")
 
 
-class Traffic:
-    """Clients that keep sending to one model and record every failure and every version that answered."""
-
-    def __init__(self, server: RunningServer, model: str, clients: int = 3) -> None:
-        self.failures: list[str] = []
-        self.versions: set[int] = set()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(server, model)) for _ in range(clients)]
-
-    def _run(self, server: RunningServer, model: str) -> None:
-        client = httpclient.InferenceServerClient(server.http_url)
-        while not self._stop.is_set():
-            try:
-                self.versions.add(add_request(client, model))
-            except Exception as e:
-                self.failures.append(str(e))
-
-    def __enter__(self) -> Traffic:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join()
-
-
 def add_version(repo: Path, staging: Path, model: str, source: Path, version: int) -> None:
     staged = staging / f"{model}-{version}"
     shutil.copytree(source, staged)
@@ -122,14 +94,14 @@ def test_a_new_version_replaces_the_old_one_under_traffic(
     server: RunningServer, client: httpclient.InferenceServerClient, repo: Path, staging: Path
 ) -> None:
     assert add_request(client, "counter") == 1
-    with Traffic(server, "counter") as traffic:
+    with Traffic(server.http_url, lambda c: add_request(c, "counter")) as traffic:
         time.sleep(0.3)
         # Version 2 of "counter" is version 2 of "shrinking": it adds 2.
         add_version(repo, staging, "counter", repo / "shrinking" / "2", 2)
         eventually(lambda: add_request(client, "counter") == 2, "version 2 to serve")
         time.sleep(0.3)
     assert traffic.failures == []
-    assert traffic.versions == {1, 2}
+    assert traffic.answers == {1, 2}
     eventually(
         lambda: (
             rows_of(client, "counter")
@@ -146,13 +118,13 @@ def test_a_removed_version_gives_way_to_the_previous_one(
     server: RunningServer, client: httpclient.InferenceServerClient, repo: Path, staging: Path
 ) -> None:
     assert add_request(client, "shrinking") == 2
-    with Traffic(server, "shrinking") as traffic:
+    with Traffic(server.http_url, lambda c: add_request(c, "shrinking")) as traffic:
         time.sleep(0.3)
         (repo / "shrinking" / "2").rename(staging / "shrinking-2-removed")
         eventually(lambda: add_request(client, "shrinking") == 1, "version 1 to serve")
         time.sleep(0.3)
     assert traffic.failures == []
-    assert traffic.versions == {1, 2}
+    assert traffic.answers == {1, 2}
 
 
 def test_a_changed_config_is_reloaded(client: httpclient.InferenceServerClient, repo: Path) -> None:

@@ -12,16 +12,11 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
-import tempfile
-import threading
-import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from modelhost.repository import mirror
-from modelhost.repository.mirror import Mirror, RemoteObject
+from modelhost.repository.mirror import MirroredRepository, RemoteObject
 from modelhost.repository.sources import RepositoryError
 
 
@@ -51,16 +46,16 @@ def _fingerprint(info: dict[str, Any]) -> str:
     return ""  # size alone decides then
 
 
-class FsspecRepository:
+class FsspecRepository(MirroredRepository):
     """A gs:// or as:// repository, mirrored locally by `sync()`."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
         scheme, _, rest = url.partition("://")
         self.scheme = scheme.lower()
         if self.scheme not in _STORES:
             raise RepositoryError(f"model repository '{url}': not a gs:// or as:// URL")
         self.store = _STORES[self.scheme]
+        super().__init__(url, self.store.mount_env, f"modelhost-{self.scheme}-")
         self._fsspec = self._import()
         parts = [part for part in rest.split("/") if part]
         self.account = ""
@@ -73,8 +68,6 @@ class FsspecRepository:
         # "bucket/path" (GCS) or "container/path" (Azure), as fsspec names it.
         self.root_path = "/".join(parts)
         self._fs: Any = None
-        self._mirror: Mirror | None = None
-        self._lock = threading.Lock()
 
     def _import(self) -> Any:
         try:
@@ -86,23 +79,6 @@ class FsspecRepository:
                 f"extra: pip install 'modelhost[{self.store.extra}]'"
             ) from e
         return fsspec
-
-    def sync(self) -> Path:
-        with self._lock:
-            local = self._local_mirror()
-            local.update(self._list(), self._fetch)
-            return local.root
-
-    def _local_mirror(self) -> Mirror:
-        if self._mirror is None:
-            configured = os.environ.get(self.store.mount_env)
-            if configured:
-                root = Path(configured).expanduser()
-            else:
-                root = Path(tempfile.mkdtemp(prefix=f"modelhost-{self.scheme}-"))
-                weakref.finalize(self, shutil.rmtree, root, ignore_errors=True)
-            self._mirror = Mirror(self.url, root)
-        return self._mirror
 
     def _filesystem(self) -> Any:
         if self._fs is None:

@@ -17,11 +17,13 @@ the registry only takes non-hidden directories at the root as models, so neither
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import os
 import shutil
 import stat
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -351,3 +353,43 @@ class Mirror:
             os.replace(temporary, path)
         except OSError as e:
             raise RepositoryError(f"model repository '{self.url}': cannot write {path}: {e}") from e
+
+
+class MirroredRepository(abc.ABC):
+    """A remote repository (a RepositorySource) whose `sync()` mirrors it locally; a store lists and fetches.
+
+    The mirror lives in the directory named by the store's mount variable when set (the user's: never removed),
+    else in a private temporary directory removed with this object.
+    """
+
+    def __init__(self, url: str, mount_env: str, temp_prefix: str) -> None:
+        self.url = url
+        self._mount_env = mount_env
+        self._temp_prefix = temp_prefix
+        self._mirror: Mirror | None = None
+        self._lock = threading.Lock()  # one sync at a time, and one lazy client and mirror
+
+    def sync(self) -> Path:
+        with self._lock:
+            local = self._local_mirror()
+            local.update(self._list(), self._fetch)
+            return local.root
+
+    def _local_mirror(self) -> Mirror:
+        if self._mirror is None:
+            configured = os.environ.get(self._mount_env)
+            if configured:
+                root = Path(configured).expanduser()
+            else:
+                root = Path(tempfile.mkdtemp(prefix=self._temp_prefix))
+                weakref.finalize(self, shutil.rmtree, root, ignore_errors=True)
+            self._mirror = Mirror(self.url, root)
+        return self._mirror
+
+    @abc.abstractmethod
+    def _list(self) -> dict[str, RemoteObject]:
+        """The repository's objects, by name relative to the repository root."""
+
+    @abc.abstractmethod
+    def _fetch(self, obj: RemoteObject, out: BinaryIO) -> RemoteObject:
+        """Write one object into `out`; describe what was written."""

@@ -15,14 +15,8 @@ $TRITON_AWS_MOUNT_DIRECTORY when set (as in Triton), else in a private temporary
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
-import tempfile
-import threading
-import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
 import boto3
@@ -38,7 +32,7 @@ from botocore.exceptions import (
 )
 
 from modelhost.repository import mirror
-from modelhost.repository.mirror import Mirror, RemoteObject
+from modelhost.repository.mirror import MirroredRepository, RemoteObject
 from modelhost.repository.sources import RepositoryError
 
 MOUNT_DIRECTORY_ENV = "TRITON_AWS_MOUNT_DIRECTORY"
@@ -110,33 +104,13 @@ def _md5_checkable(etag: str, response: dict[str, Any]) -> bool:
     return not encryption.startswith("aws:kms") and "SSECustomerAlgorithm" not in response
 
 
-class S3Repository:
+class S3Repository(MirroredRepository):
     """An S3 (or S3-compatible) bucket prefix holding a model repository, mirrored locally by `sync()`."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        super().__init__(url, MOUNT_DIRECTORY_ENV, "modelhost-s3-")
         self.location = parse_s3_url(url)
         self._client: Any = None
-        self._mirror: Mirror | None = None
-        self._lock = threading.Lock()  # one sync at a time, and one lazy client and mirror
-
-    def sync(self) -> Path:
-        with self._lock:
-            local = self._local_mirror()
-            local.update(self._list(), self._fetch)
-            return local.root
-
-    def _local_mirror(self) -> Mirror:
-        if self._mirror is None:
-            configured = os.environ.get(MOUNT_DIRECTORY_ENV)
-            if configured:
-                root = Path(configured).expanduser()
-            else:
-                root = Path(tempfile.mkdtemp(prefix="modelhost-s3-"))
-                # A private copy is ours to remove; a configured mount directory is the user's.
-                weakref.finalize(self, shutil.rmtree, root, ignore_errors=True)
-            self._mirror = Mirror(self.url, root)
-        return self._mirror
 
     def _s3(self) -> Any:
         if self._client is None:
