@@ -10,6 +10,7 @@ import signal
 from typing import cast
 
 from modelhost import TRITON_COMPAT_VERSION
+from modelhost.backends.base import BackendServices
 from modelhost.devices import gpu_count
 from modelhost.gpu_memory import GpuMemory
 from modelhost.gpu_memory import startup_notes as gpu_memory_notes
@@ -72,6 +73,10 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     )
     mode = options.model_control_mode
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions
+    server = Server(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
+    server.log_settings = LogSettings(options)
+    # Before the first load: python models call other models (BLS) and export their own metrics.
+    registry.services = BackendServices(loop=asyncio.get_running_loop(), server=server)
     try:
         await registry.start(options.load_models if mode == "explicit" else None)
     except RepositoryError as e:
@@ -79,11 +84,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         return 1
     log.info("\n%s", log_table(["Model", "Version", "Status"], registry.status_rows()))
     log.info("\n%s", _options_table(options, repos))
-    server = Server(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
-    server.log_settings = LogSettings(options)
     if options.exit_on_error and not registry.all_ready():
         log.error("failed to load all models; exiting (--exit-on-error=true)")
-        server.close()
+        await asyncio.to_thread(server.close)  # blocking: python models finalize in their processes
         return 1
 
     http_server: asyncio.Server | None = None
@@ -102,7 +105,10 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         if options.allow_metrics:
             metrics_server = await start_metrics_server(
-                server.statistics, options.metrics_address, options.metrics_port
+                server.statistics,
+                options.metrics_address,
+                options.metrics_port,
+                registry.services.custom_metrics,
             )
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
     except OSError as e:
@@ -155,7 +161,9 @@ async def _stop(
     if metrics_server is not None:
         metrics_server.close()
     if drained:
-        server.close()  # with requests still running, their instances are left to the process exit
+        await asyncio.to_thread(
+            server.close
+        )  # with requests still running, their instances are left to the process exit
     log.info("server stopped")
     return drained
 

@@ -61,6 +61,13 @@ class Unsupported(ModelhostError):
     grpc_code = grpc.StatusCode.UNIMPLEMENTED
 
 
+class DecoupledModel(Unsupported):
+    """A decoupled model asked for one response: each frontend words it as Triton does."""
+
+    http_message = "HTTP end point doesn't support models with decoupled transaction policy"
+    grpc_message = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+
 class AlreadyExists(ModelhostError):
     grpc_code = grpc.StatusCode.ALREADY_EXISTS
 
@@ -82,6 +89,7 @@ class InternalError(ModelhostError):
 __all__ = [
     "AlreadyExists",
     "Cancelled",
+    "DecoupledModel",
     "InternalError",
     "InvalidArgument",
     "ModelConfigError",

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 
 from modelhost.http.protocol import HttpRequest, HttpResponse, error_response, start_http_server
+from modelhost.python_backend.custom_metrics import CustomMetrics
 from modelhost.stats import ModelStats
 
 # (family, help, value of one model version); durations in microseconds, as Triton exports them.
@@ -72,7 +73,7 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(models: list[ModelStats]) -> bytes:
+def render(models: list[ModelStats], custom: CustomMetrics | None = None) -> bytes:
     lines = [
         "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes",
         "# TYPE nv_inference_request_failure counter",
@@ -91,11 +92,13 @@ def render(models: list[ModelStats]) -> bytes:
         lines.append(f"# TYPE {name} gauge")
         for stats, label in zip(models, labels, strict=True):
             lines.append(f"{name}{{{label}}} {gauge(stats)}")
+    if custom is not None:
+        lines.extend(custom.render())
     return ("\n".join(lines) + "\n").encode()
 
 
 async def start_metrics_server(
-    models: Callable[[], list[ModelStats]], host: str, port: int
+    models: Callable[[], list[ModelStats]], host: str, port: int, custom: CustomMetrics | None = None
 ) -> asyncio.Server:
     """Serve /metrics; `models` gives the statistics of the versions to export at the time of the scrape."""
 
@@ -104,7 +107,9 @@ async def start_metrics_server(
             return error_response(404, "Not Found")
         if request.method != "GET":
             return error_response(405, "Method Not Allowed")
-        return HttpResponse(200, render(models()), content_type="text/plain; charset=utf-8; version=0.0.4")
+        return HttpResponse(
+            200, render(models(), custom), content_type="text/plain; charset=utf-8; version=0.0.4"
+        )
 
     server, _ = await start_http_server(handle, host, port, max_body=1 << 16)
     return server

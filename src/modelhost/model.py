@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +15,19 @@ import numpy as np
 
 from modelhost.backends.base import Arrays
 from modelhost.classification import classify, read_labels
-from modelhost.errors import InvalidArgument
+from modelhost.errors import DecoupledModel, InvalidArgument
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.scheduling.instances import InstancePool, Job
+from modelhost.scheduling.responses import ResponseSink
 from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
+
+# The response parameter that marks the last response of a request in a stream, as Triton names it.
+FINAL_RESPONSE = "triton_final_response"
+# The request parameter asking for a final response even when it carries no outputs.
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 
 _BATCH_NOTE = (
     " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to "
@@ -54,6 +60,7 @@ class LoadedModel:
         self.all_output_names = list(self.outputs)
         self.labels = {n: read_labels(model_dir, s.label_filename) for n, s in self.outputs.items()}
         self.platform = config.platform or config.backend
+        self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.stats = ModelStats(name, self.version_str)
         # The scheduler in front of the instances (scheduling/): a request alone on an idle instance, or batched.
         # Triton accepts dynamic_batching on a non-batching model and does not batch it; neither do we.
@@ -205,21 +212,39 @@ class LoadedModel:
                 self._idle.set()
 
     async def _infer(self, request: InferenceRequest) -> tuple[InferenceResponse, RequestTiming]:
+        if self.decoupled:
+            raise DecoupledModel(DecoupledModel.http_message)
+        job = self._job(request)
+        try:
+            if self.batcher is not None:
+                results = await self.batcher.execute(job, request.priority, request.timeout_us)
+            else:
+                results = await self.pool.execute(job)
+        except asyncio.CancelledError:
+            if job.on_cancel is not None:  # the client went away: a python model's is_cancelled() turns true
+                job.on_cancel()
+            raise
+        response = self._response(request, job, results)
+        if self.batcher is None:  # a batcher records its own executions
+            timing = job.timing
+            self.stats.executed(job.batch_size, timing.input_ns, timing.infer_ns, timing.output_ns)
+        return response, job.timing
+
+    def _job(self, request: InferenceRequest, sink: ResponseSink | None = None) -> Job:
         started = time.perf_counter_ns()
         # Requested outputs first, as Triton checks them.
         output_names = self._output_names(request)
         inputs, batch = self._model_inputs(request)
-        job = Job(inputs, output_names, batch)
-        timing = job.timing
-        timing.input_ns = time.perf_counter_ns() - started
-        if self.batcher is not None:
-            results = await self.batcher.execute(job, request.priority, request.timeout_us)
-        else:
-            results = await self.pool.execute(job)
-        output_started = time.perf_counter_ns()
+        job = Job(inputs, output_names, batch, request=request, sink=sink)
+        job.timing.input_ns = time.perf_counter_ns() - started
+        return job
+
+    def _response(self, request: InferenceRequest, job: Job, results: Arrays) -> InferenceResponse:
+        """The answer on the wire: outputs reshaped, classified and typed as the config says."""
+        started = time.perf_counter_ns()
         classifications = {o.name: o.classification for o in request.outputs if o.classification > 0}
         outputs: list[Tensor] = []
-        for name in output_names:
+        for name in job.output_names:
             spec = self.outputs[name]
             array = results[name]
             if spec.reshape is not None and spec.dims.count(-1) <= 1:
@@ -232,10 +257,44 @@ class LoadedModel:
             elif array.dtype != spec.dtype and datatype != "BYTES":
                 array = np.asarray(array, dtype=spec.dtype)
             outputs.append(Tensor(name, datatype, list(array.shape), array))
-        timing.output_ns = time.perf_counter_ns() - output_started
-        if self.batcher is None:  # a batcher records its own executions
-            self.stats.executed(batch, timing.input_ns, timing.infer_ns, timing.output_ns)
-        return InferenceResponse(self.name, self.version_str, request.id, outputs), timing
+        job.timing.output_ns += time.perf_counter_ns() - started
+        return InferenceResponse(self.name, self.version_str, request.id, outputs)
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """The responses of a decoupled model's request, as they come (0..N, then one marked final by the
+        `triton_final_response` parameter: an empty response when the model ends without one)."""
+        self._in_flight += 1
+        sink = ResponseSink()
+        try:
+            job = self._job(request, sink)
+            if self.batcher is not None:
+                await self.batcher.execute(job, request.priority, request.timeout_us)
+            else:
+                await self.pool.execute(job)
+            while True:
+                item = await sink.get()
+                if item.error is not None:
+                    raise item.error
+                if item.outputs is not None:
+                    response = self._response(request, job, item.outputs)
+                    response.parameters[FINAL_RESPONSE] = item.final
+                    yield response
+                elif item.final:
+                    yield InferenceResponse(
+                        self.name, self.version_str, request.id, [], {FINAL_RESPONSE: True}
+                    )
+                if item.final:
+                    return
+        finally:
+            sink.cancel()  # the client went away before the end: the model hears of it
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._idle is not None:
+                self._idle.set()
+
+    @property
+    def healthy(self) -> bool:
+        """Every instance can serve (a python model's stub may be restarting)."""
+        return all(getattr(i, "healthy", True) for i in self.pool.instances)
 
     async def drained(self) -> None:
         """Return once no request is running on this version (callers stop sending new ones first)."""

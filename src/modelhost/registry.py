@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from modelhost.backends.base import BackendContext, ModelInstance, backend_for
+from modelhost.backends.base import BackendContext, BackendServices, ModelInstance, backend_for
 from modelhost.config import complete_model_config, config_from_json, load_model_config
 from modelhost.errors import InvalidArgument, ModelConfigError, ModelhostError, NotFound, Unavailable
 from modelhost.gpu_memory import GpuMemory
@@ -133,6 +133,8 @@ class ModelRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._load_slots = asyncio.Semaphore(max(1, settings.load_threads))
         self._retiring: set[asyncio.Task[None]] = set()
+        # What backends may use of the running server (python models call other models); set by the app.
+        self.services = BackendServices()
 
     # -- repositories ------------------------------------------------------------------------------------------
 
@@ -452,6 +454,7 @@ class ModelRegistry:
             total_instances=len(plan),
             gpu_count=self.settings.gpu_count,
             gpu_memory=self.settings.gpu_memory,
+            services=self.services,
         )
         instances: list[ModelInstance] = []
         try:

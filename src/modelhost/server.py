@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config import config_to_json
 from modelhost.errors import InvalidArgument, ModelhostError, Unavailable, Unsupported
 from modelhost.log_settings import LogSettings
+from modelhost.model import FINAL_RESPONSE
 from modelhost.registry import ModelRegistry
 from modelhost.repository.overrides import parse_load_parameters
-from modelhost.stats import ModelStats
+from modelhost.stats import ModelStats, RequestTiming
 from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.server")
@@ -54,14 +56,19 @@ class Server:
     def is_ready(self) -> bool:
         if not (self.live and self.accepting):
             return False
-        return self.registry.all_ready() if self.strict_readiness else True
+        if not self.strict_readiness:
+            return True
+        return self.registry.all_ready() and all(m.healthy for m in self.registry.ready_models())
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            self.registry.get(name, version)
-        except Exception:
+            model = self.registry.get(name, version)
+        except ModelhostError:
             return False
-        return True
+        return model.healthy
+
+    def decoupled(self, name: str, version: str = "") -> bool:
+        return self.registry.get(name, version).decoupled
 
     def metadata(self) -> dict[str, Any]:
         return {"name": self.server_id, "version": TRITON_COMPAT_VERSION, "extensions": EXTENSIONS}
@@ -134,6 +141,37 @@ class Server:
         else:
             stats.succeeded(time.perf_counter_ns() - started, timing)
             return response
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._drained.set()
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """The responses of one request of a stream (several for a decoupled model), each marked final or not."""
+        if not self.accepting:
+            raise Unavailable("Server is shutting down: no new inference requests are accepted")
+        model = self.registry.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            response = await self.infer(request)
+            response.parameters[FINAL_RESPONSE] = True
+            yield response
+            return
+        stats = model.stats
+        self._in_flight += 1
+        self._drained.clear()
+        started = time.perf_counter_ns()
+        try:
+            async for response in model.infer_stream(request):
+                yield response
+        except ModelhostError as e:
+            stats.failed(time.perf_counter_ns() - started, e.failure_reason)
+            raise
+        except BaseException:
+            stats.failed(time.perf_counter_ns() - started, "CANCELED")
+            raise
+        else:
+            # Where a decoupled request spent its time is not broken down (queue, compute): only its total.
+            stats.succeeded(time.perf_counter_ns() - started, RequestTiming())
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:

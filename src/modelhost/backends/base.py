@@ -6,16 +6,31 @@ need no locking of their own. `execute` is called off the event loop and may blo
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy.typing as npt
 
 from modelhost.errors import ModelConfigError
 from modelhost.gpu_memory import GpuMemory
+from modelhost.python_backend.custom_metrics import CustomMetrics
+
+if TYPE_CHECKING:
+    from modelhost.scheduling.instances import RequestLevelInstance
 
 Arrays = dict[str, npt.NDArray[Any]]
+
+
+@dataclass(slots=True)
+class BackendServices:
+    """What a backend may use of the running server: its event loop, and the server itself for models that
+    call other models (python BLS) or manage them. Filled in once the server exists; empty in unit tests."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+    server: Any = None  # modelhost.server.Server (not imported: the server imports the backends)
+    custom_metrics: CustomMetrics = field(default_factory=CustomMetrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +47,7 @@ class BackendContext:
     gpu_count: int = 0
     # --cuda-memory-pool-byte-size and --model-load-gpu-limit, for KIND_GPU instances.
     gpu_memory: GpuMemory = field(default_factory=GpuMemory)
+    services: BackendServices = field(default_factory=BackendServices)
 
 
 class ModelInstance(Protocol):
@@ -47,7 +63,9 @@ class ModelInstance(Protocol):
 class Backend(Protocol):
     name: str
 
-    def load_instance(self, ctx: BackendContext, group: Any, index: int, device_id: int) -> ModelInstance:
+    def load_instance(
+        self, ctx: BackendContext, group: Any, index: int, device_id: int
+    ) -> ModelInstance | RequestLevelInstance:
         """Build one instance of `group` (an instance_group entry); raise ModelhostError with a clear reason."""
         ...
 
@@ -59,6 +77,10 @@ def backend_for(config: Any) -> Backend:
         from modelhost.backends.onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend()
+    if name == "python":
+        from modelhost.python_backend.backend import PythonBackend
+
+        return PythonBackend()
     raise ModelConfigError(
-        f"backend '{name}' for model '{config.name}' is not supported yet (supported: onnxruntime)"
+        f"backend '{name}' for model '{config.name}' is not supported yet (supported: onnxruntime, python)"
     )

@@ -52,6 +52,12 @@ def complete_model_config(
     if auto_complete and completed.backend == constants.ONNXRUNTIME_BACKEND:
         autocomplete_onnx(completed, model_name, model_dir, default_max_batch_size=default_max_batch_size)
         normalize_config(completed, model_name, gpu_count=gpu_count)
+    elif auto_complete and completed.backend == constants.PYTHON_BACKEND:
+        # The model's own auto_complete_config, run in a stub process (imported here: it starts processes).
+        from modelhost.python_backend.autocomplete import autocomplete_python
+
+        autocomplete_python(completed, model_dir)
+        normalize_config(completed, model_name, gpu_count=gpu_count)
     validate_config(completed, model_name, source, gpu_count)
     return completed
 

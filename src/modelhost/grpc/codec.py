@@ -244,9 +244,7 @@ def decode_request(msg: Any) -> InferenceRequest:
         outputs=outputs,
         priority=int(params.get("priority", 0)),
         timeout_us=int(params.get("timeout", 0)),
-        parameters={
-            k: v for k, v in params.items() if k not in RESERVED_PARAMETERS and k not in _ALLOWED_TRITON
-        },
+        parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
     )
 
 

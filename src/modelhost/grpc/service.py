@@ -12,8 +12,9 @@ import grpc
 from google.protobuf import json_format  # type: ignore[import-untyped]
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from modelhost.errors import ModelhostError, Unsupported
+from modelhost.errors import DecoupledModel, ModelhostError, Unsupported
 from modelhost.grpc.codec import decode_request, encode_response, parse_model_version
+from modelhost.model import EMPTY_FINAL_RESPONSE, FINAL_RESPONSE
 from modelhost.server import Server
 
 log = logging.getLogger("modelhost.grpc")
@@ -166,6 +167,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         # The hot path: no closure, no f-string unless it fails (what _answer costs the other RPCs).
         try:
             return encode_response(await self.server.infer(decode_request(request)))
+        except DecoupledModel as e:
+            await _fail(context, f"inference of '{request.model_name}'", DecoupledModel(e.grpc_message))
         except ModelhostError as e:
             await _fail(context, f"inference of '{request.model_name}'", e)
 
@@ -185,11 +188,26 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         async def run(request: Any) -> None:
             try:
-                answer = service_pb2.ModelStreamInferResponse(infer_response=await self._infer_one(request))
-                answers.put_nowait(answer)
+                core = decode_request(request)
+                if not self.server.decoupled(core.model_name, core.model_version):
+                    response = await self.server.infer(core)
+                    response.parameters[FINAL_RESPONSE] = True  # as Triton marks every answer of a stream
+                    answer = encode_response(response)
+                    answers.put_nowait((service_pb2.ModelStreamInferResponse(infer_response=answer), True))
+                    return
+                # A decoupled model: 0..N responses, the last one marked final; a final response without outputs
+                # is sent only when the request asks for it, as Triton does.
+                empty_final = core.parameters.get(EMPTY_FINAL_RESPONSE) is True
+                async for response in self.server.infer_stream(core):
+                    if response.outputs or empty_final:
+                        answer = service_pb2.ModelStreamInferResponse(
+                            infer_response=encode_response(response)
+                        )
+                        answers.put_nowait((answer, False))
+                answers.put_nowait((None, True))
             except ModelhostError as e:
                 log.info("streamed inference of '%s' failed: %s", request.model_name, e)
-                answers.put_nowait(e)
+                answers.put_nowait((e, True))
 
         async def read() -> None:
             async for request in request_iterator:
@@ -203,14 +221,16 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         reader = asyncio.create_task(read())
         try:
-            while (item := await answers.get()) is not None:
+            while (entry := await answers.get()) is not None:
+                item, last = entry
                 if isinstance(item, ModelhostError):
                     if errors_as_status:
                         await context.abort(item.grpc_code, str(item))
                     yield service_pb2.ModelStreamInferResponse(error_message=str(item))
-                else:
+                elif item is not None:
                     yield item
-                window.release()
+                if last:  # one window slot per request, however many responses it has
+                    window.release()
         finally:
             reader.cancel()
             for task in list(running):

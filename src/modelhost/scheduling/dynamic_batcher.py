@@ -30,7 +30,7 @@ import numpy as np
 
 from modelhost.backends.base import Arrays
 from modelhost.errors import Rejected
-from modelhost.scheduling.instances import InstancePool, Job, Worker
+from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes, Worker
 from modelhost.stats import ModelStats
 
 _TIMEOUT_MESSAGE = "Request timeout expired"
@@ -265,6 +265,9 @@ class DynamicBatcher:
         for pending in batch:
             pending.job.timing.queue_ns = started - pending.enqueued_ns
         rows = sum(p.job.batch_size for p in batch)
+        if self.pool.request_level:
+            self._launch_requests(worker, batch, rows, started)
+            return
         if len(batch) == 1:
             inputs = batch[0].job.inputs
         else:
@@ -278,6 +281,22 @@ class DynamicBatcher:
         result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         result.add_done_callback(lambda f: self._complete(running, f))
         self.pool.start(worker, running.job, result)
+
+    def _launch_requests(self, worker: Worker, batch: list[Pending], rows: int, started: int) -> None:
+        """A batch for a request-level instance (python models): the requests go as they are, each answered
+        on its own, so nothing is concatenated or split."""
+        running = _Running(batch, Job({}, [], rows), time.perf_counter_ns() - started)
+        if self.preserve_ordering:
+            self._in_order.append(running)
+        result: asyncio.Future[JobOutcomes] = asyncio.get_running_loop().create_future()
+        result.add_done_callback(lambda f: self._complete_requests(running, f))
+        self.pool.start_jobs(worker, [p.job for p in batch], result)
+
+    def _complete_requests(self, running: _Running, result: asyncio.Future[JobOutcomes]) -> None:
+        running.answers = result.result()
+        infer_ns = running.batch[0].job.timing.infer_ns
+        self.stats.executed(running.job.batch_size, running.input_ns, infer_ns, 0)
+        self._finish(running)
 
     def _complete(self, running: _Running, result: asyncio.Future[Arrays]) -> None:
         split_started = time.perf_counter_ns()
@@ -298,6 +317,9 @@ class DynamicBatcher:
         for pending in running.batch:
             pending.job.timing.input_ns += running.input_ns
             pending.job.timing.infer_ns = job.timing.infer_ns
+        self._finish(running)
+
+    def _finish(self, running: _Running) -> None:
         running.done = True
         if not self.preserve_ordering:
             running.answer()
@@ -312,7 +334,7 @@ class _Running:
     batch: list[Pending]
     job: Job
     input_ns: int
-    answers: list[Arrays] = field(default_factory=list)
+    answers: list[Arrays | BaseException] = field(default_factory=list)
     error: BaseException | None = None
     done: bool = False
 
@@ -320,10 +342,11 @@ class _Running:
         for i, pending in enumerate(self.batch):
             if pending.future.done():  # the caller went away
                 continue
-            if self.error is not None:
-                pending.future.set_exception(self.error)
+            answer = self.error if self.error is not None else self.answers[i]
+            if isinstance(answer, BaseException):
+                pending.future.set_exception(answer)
             else:
-                pending.future.set_result(self.answers[i])
+                pending.future.set_result(answer)
 
 
 def _env_delay() -> int | None:

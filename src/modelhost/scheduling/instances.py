@@ -19,11 +19,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from modelhost.backends.base import Arrays, ModelInstance
+from modelhost.scheduling.responses import ResponseSink
 from modelhost.stats import RequestTiming
+from modelhost.types import InferenceRequest
 
 # Run on the event loop once the typical execution (CPU time) is shorter than this (and until it passes twice
 # that), for inputs smaller than that.
@@ -41,16 +45,30 @@ class Job:
     batch_size: int
     # The pool fills in queue_ns (waiting for an instance) and infer_ns (the execution).
     timing: RequestTiming = field(default_factory=RequestTiming)
+    # For backends that see requests, not batches (python): the request (id, parameters, timeout) and, for a
+    # decoupled model, where its responses go.
+    request: InferenceRequest | None = None
+    sink: ResponseSink | None = None
+    # Set by a request-level instance while it runs the job: tells the model its caller went away.
+    on_cancel: Callable[[], None] | None = None
 
 
 class Worker:
-    def __init__(self, instance: ModelInstance) -> None:
+    def __init__(self, instance: ModelInstance | RequestLevelInstance) -> None:
         self.instance = instance
-        # One thread per instance: an instance is never entered by two threads at once.
-        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"instance-{instance.name}")
+        self.requests = instance if isinstance(instance, RequestLevelInstance) else None
+        self.batches = None if isinstance(instance, RequestLevelInstance) else instance
+        # One thread per instance: an instance is never entered by two threads at once. A request-level instance
+        # (a python model's stub process) is driven from the event loop and needs none.
+        self.thread = (
+            None
+            if self.requests is not None
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"instance-{instance.name}")
+        )
 
     def close(self) -> None:
-        self.thread.shutdown(wait=True)
+        if self.thread is not None:
+            self.thread.shutdown(wait=True)
         self.instance.close()
 
 
@@ -61,9 +79,25 @@ class _QueuedJob:
     queued_ns: int
 
 
+@runtime_checkable
+class RequestLevelInstance(Protocol):
+    """An instance that takes the requests of a batch one by one, each with its own answer or error (python
+    models: Triton hands `execute` a list of requests, never a concatenated batch)."""
+
+    name: str
+
+    async def execute_jobs(self, jobs: list[Job]) -> list[Arrays | BaseException]: ...
+
+    def close(self) -> None: ...
+
+
+JobOutcomes = list[Arrays | BaseException]
+
+
 class InstancePool:
-    def __init__(self, instances: list[ModelInstance]) -> None:
+    def __init__(self, instances: list[ModelInstance] | list[RequestLevelInstance]) -> None:
         self._workers = [Worker(i) for i in instances]
+        self.request_level = bool(self._workers) and self._workers[0].requests is not None
         self._idle: list[Worker] = list(reversed(self._workers))
         # FIFO of callers waiting for an instance: a batcher's acquire() or a queued job.
         self._waiters: collections.deque[asyncio.Future[Worker] | _QueuedJob] = collections.deque()
@@ -137,13 +171,19 @@ class InstancePool:
         thread (for the inline decision: unlike wall-clock time, it leaves out waiting for the GIL on a busy
         host, which would otherwise make a 20 us model look slow and push it off the loop for good)."""
         started, cpu_started = time.perf_counter_ns(), time.thread_time_ns()
-        result = worker.instance.execute(job.inputs, job.output_names)
+        assert worker.batches is not None
+        result = worker.batches.execute(job.inputs, job.output_names)
         return result, time.perf_counter_ns() - started, time.thread_time_ns() - cpu_started
 
     def start(self, worker: Worker, job: Job, result: asyncio.Future[Arrays], queued_ns: int = 0) -> None:
         """Run `job` on `worker` (inline or on its thread), resolve `result`, then release the instance."""
         if queued_ns:
             job.timing.queue_ns = time.perf_counter_ns() - queued_ns
+        if worker.requests is not None:
+            single: asyncio.Future[JobOutcomes] = asyncio.get_running_loop().create_future()
+            single.add_done_callback(lambda f: _first_outcome(f, result))
+            self.start_jobs(worker, [job], single)
+            return
         if self._inline(job):
             try:
                 outcome: tuple[Arrays, int, int] | BaseException = self._timed(worker, job)
@@ -160,6 +200,7 @@ class InstancePool:
                 outcome = e
             loop.call_soon_threadsafe(self._finish, worker, job, result, outcome)
 
+        assert worker.thread is not None
         worker.thread.submit(on_thread)
 
     def _finish(
@@ -180,6 +221,25 @@ class InstancePool:
         if not result.done():  # the caller may have gone away meanwhile
             result.set_result(arrays)
 
+    def start_jobs(self, worker: Worker, jobs: list[Job], result: asyncio.Future[JobOutcomes]) -> None:
+        """Run requests on a request-level instance; `result` gets one outcome per job, in order."""
+        asyncio.get_running_loop().create_task(self._run_jobs(worker, jobs, result))
+
+    async def _run_jobs(self, worker: Worker, jobs: list[Job], result: asyncio.Future[JobOutcomes]) -> None:
+        assert worker.requests is not None
+        started = time.perf_counter_ns()
+        try:
+            outcomes = await worker.requests.execute_jobs(jobs)
+        except Exception as e:  # the instance failed as a whole: every request gets its error
+            outcomes = [e] * len(jobs)
+        finally:
+            self.release(worker)
+        elapsed = time.perf_counter_ns() - started
+        for job in jobs:
+            job.timing.infer_ns = elapsed
+        if not result.done():
+            result.set_result(outcomes)
+
     async def execute(self, job: Job) -> Arrays:
         """The default scheduler: each request alone, on the first idle instance."""
         result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
@@ -193,3 +253,17 @@ class InstancePool:
     def close(self) -> None:
         for worker in self._workers:
             worker.close()
+
+    @property
+    def instances(self) -> list[ModelInstance | RequestLevelInstance]:
+        return [w.instance for w in self._workers]
+
+
+def _first_outcome(outcomes: asyncio.Future[JobOutcomes], result: asyncio.Future[Arrays]) -> None:
+    if result.done():
+        return
+    outcome = outcomes.result()[0]
+    if isinstance(outcome, BaseException):
+        result.set_exception(outcome)
+    else:
+        result.set_result(outcome)

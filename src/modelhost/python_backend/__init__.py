@@ -1,0 +1,1 @@
+"""Triton's python backend: `model.py` files with `TritonPythonModel`, one stub process per instance."""

@@ -1,0 +1,689 @@
+"""One instance of a python model, seen from the server: a stub process, spawned, fed requests, watched.
+
+The instance is created (stub spawned, model initialized) on a loading thread with blocking I/O, then its socket
+is handed to the event loop, where everything else happens: execute calls, decoupled responses, the model's BLS
+calls into the server, its logs and metrics. A stub that dies fails only what it had in flight; the instance
+restarts it and is not healthy (its model not ready) until the new stub has initialized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from modelhost.backends.base import Arrays, BackendContext
+from modelhost.config import config_to_json
+from modelhost.errors import (
+    AlreadyExists,
+    Cancelled,
+    InternalError,
+    InvalidArgument,
+    ModelhostError,
+    NotFound,
+    Unavailable,
+    Unsupported,
+)
+from modelhost.io_specs import TensorSpec, format_shape, output_specs, shape_matches
+from modelhost.python_backend import ipc
+from modelhost.python_backend.ipc import Arena, FrameReader, SegmentMap, TensorRef, put_tensor, view_tensor
+from modelhost.scheduling.instances import Job
+from modelhost.scheduling.responses import ResponseSink
+from modelhost.types import InferenceRequest, RequestedOutput, Tensor
+
+log = logging.getLogger("modelhost.python")
+
+FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+# pb_utils.TritonError codes (Triton's enum order) <-> modelhost's errors.
+_ERRORS_BY_CODE: dict[int, type[ModelhostError]] = {
+    0: InternalError,  # UNKNOWN
+    1: InternalError,  # INTERNAL
+    2: NotFound,
+    3: InvalidArgument,
+    4: Unavailable,
+    5: Unsupported,
+    6: AlreadyExists,
+    7: Cancelled,
+}
+_CODES_BY_ERROR: dict[type[ModelhostError], int] = {
+    NotFound: 2,
+    InvalidArgument: 3,
+    Unavailable: 4,
+    Unsupported: 5,
+    AlreadyExists: 6,
+    Cancelled: 7,
+}
+
+
+def error_code(error: ModelhostError) -> int:
+    for cls in type(error).__mro__:
+        if cls in _CODES_BY_ERROR:
+            return _CODES_BY_ERROR[cls]
+    return 1
+
+
+@dataclass(frozen=True, slots=True)
+class StubSettings:
+    """--backend-config=python,... settings (Triton's names and defaults)."""
+
+    shm_default_byte_size: int = 1 << 20
+    shm_growth_byte_size: int = 1 << 20
+    stub_timeout_seconds: int = 30
+    shm_region_prefix_name: str = "modelhost_python_"
+
+    @classmethod
+    def from_backend_config(cls, config: dict[str, str]) -> StubSettings:
+        return cls(
+            shm_default_byte_size=int(config.get("shm-default-byte-size", 1 << 20)),
+            shm_growth_byte_size=int(config.get("shm-growth-byte-size", 1 << 20)),
+            stub_timeout_seconds=int(config.get("stub-timeout-seconds", 30)),
+            shm_region_prefix_name=config.get("shm-region-prefix-name", "modelhost_python_"),
+        )
+
+
+class StubFailed(InternalError):
+    pass
+
+
+@dataclass(slots=True)
+class _Stub:
+    """One stub process and the memory and messages that live and die with it."""
+
+    process: subprocess.Popen[bytes]
+    sock: socket.socket
+    arena: Arena
+    segments: SegmentMap = field(default_factory=SegmentMap)
+    transport: asyncio.Transport | None = None
+    # Blocks of the stub's arena we are done with, sent back with our next message.
+    frees: list[tuple[str, int]] = field(default_factory=list)
+    executing: dict[int, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    sinks: dict[int, ResponseSink] = field(default_factory=dict)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    finalized: threading.Event = field(default_factory=threading.Event)
+    closing: bool = False
+
+
+class _StubProtocol(asyncio.Protocol):
+    def __init__(self, instance: PythonInstance, stub: _Stub) -> None:
+        self.instance = instance
+        self.stub = stub
+        self.reader = FrameReader()
+
+    def data_received(self, data: bytes) -> None:
+        for message in self.reader.feed(data):
+            self.instance.on_message(self.stub, message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.instance.on_stub_lost(self.stub)
+
+
+_stub_numbers = itertools.count(1)
+
+
+def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[bytes], socket.socket, str]:
+    """A new stub process, the server's end of its socket, and the name prefix of its shared memory."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    prefix = f"{settings.shm_region_prefix_name}{os.getpid()}_{stub_id}_"
+    command = [
+        sys.executable,
+        "-m",
+        "modelhost.python_backend.stub",
+        str(child.fileno()),
+        prefix + "s_",
+        str(settings.shm_default_byte_size),
+        str(settings.shm_growth_byte_size),
+    ]
+    try:
+        # Its own session: a Ctrl-C or a SIGTERM to the server's process group is the server's to handle; the
+        # server then finalizes the model and ends the stub.
+        process = subprocess.Popen(
+            command, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    except BaseException:
+        parent.close()
+        raise
+    finally:
+        child.close()
+    return process, parent, prefix
+
+
+def exchange(
+    sock: socket.socket,
+    process: subprocess.Popen[bytes],
+    message: dict[str, Any],
+    answer: str,
+    timeout_s: float,
+    what: str,
+    on_other: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Send a message and wait for the `answer` op with blocking I/O (before the socket goes to the event
+    loop); what else the model says meanwhile (its logs) goes to `on_other`."""
+    sock.settimeout(timeout_s)
+    reader = FrameReader()
+    deadline = time.monotonic() + timeout_s
+    try:
+        sock.sendall(ipc.encode(message))
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                code = process.wait()
+                raise StubFailed(f"the stub process of {what} exited with code {code} before answering")
+            for reply in reader.feed(data):
+                if reply["op"] == answer:
+                    return reply
+                if on_other is not None:
+                    on_other(reply)
+            if time.monotonic() > deadline:
+                raise TimeoutError
+    except TimeoutError:
+        raise StubFailed(
+            f"the stub process of {what} did not answer within {timeout_s:g} s "
+            "(--backend-config=python,stub-timeout-seconds)"
+        ) from None
+    except OSError as e:
+        raise StubFailed(f"the stub process of {what} could not be reached: {e}") from e
+    finally:
+        with contextlib.suppress(OSError):
+            sock.settimeout(None)
+
+
+class PythonInstance:
+    def __init__(self, ctx: BackendContext, group: Any, index: int, device_id: int, model_file: str) -> None:
+        self.ctx = ctx
+        self.name = f"{group.name}_{index}"
+        self.model_name = ctx.model_name
+        self.model_file = model_file
+        self.settings = StubSettings.from_backend_config(ctx.backend_config)
+        self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
+        self.outputs: dict[str, TensorSpec] = output_specs(ctx.config)
+        self.max_batch_size = int(ctx.config.max_batch_size)
+        kind = group.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[group.kind].name
+        self.args = {
+            "model_config": json.dumps(config_to_json(ctx.config)),
+            "model_instance_kind": kind.removeprefix("KIND_"),
+            "model_instance_name": self.name,
+            "model_instance_device_id": str(device_id),
+            "model_repository": str(ctx.model_dir),
+            "model_version": str(ctx.version),
+            "model_name": ctx.model_name,
+        }
+        self._ids = itertools.count(1)
+        self._stub_id = 0
+        self._healthy = threading.Event()
+        self._restart: asyncio.Task[None] | None = None
+        self._failure: str | None = None
+        self._closed = False
+        self._stub = self._start_stub()
+        self._attach(self._stub)
+
+    # -- health ------------------------------------------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy.is_set() and not self._closed
+
+    # -- starting a stub (blocking: a loading thread, or a worker thread during a restart) ---------------------
+
+    def _start_stub(self) -> _Stub:
+        self._stub_id = next(_stub_numbers)
+        settings = self.settings
+        process, sock, prefix = spawn_stub(settings, self._stub_id)
+        stub = _Stub(
+            process,
+            sock,
+            Arena(prefix + "p_", settings.shm_default_byte_size, settings.shm_growth_byte_size),
+        )
+        try:
+            reply = exchange(
+                stub.sock,
+                stub.process,
+                {"op": "init", "args": self.args, "model_file": self.model_file, "decoupled": self.decoupled},
+                "init_done",
+                settings.stub_timeout_seconds,
+                f"model instance '{self.name}' of model '{self.model_name}'",
+                lambda message: self.on_message(stub, message),
+            )
+            if reply.get("error"):
+                # Triton's reason, which names the file and line in the model that failed.
+                raise StubFailed(f"Internal: {reply['error']}")
+        except BaseException:
+            self._kill(stub)
+            raise
+        self._healthy.set()
+        return stub
+
+    def _attach(self, stub: _Stub) -> None:
+        """Hand a new stub's socket to the event loop, from the loading thread."""
+        loop = self.ctx.services.loop
+        if loop is None:
+            self._kill(stub)
+            raise StubFailed("the python backend runs only inside a server (no event loop to serve it)")
+        future = asyncio.run_coroutine_threadsafe(self._attach_async(stub), loop)
+        future.result(self.settings.stub_timeout_seconds)
+
+    async def _attach_async(self, stub: _Stub) -> None:
+        loop = asyncio.get_running_loop()
+        stub.sock.setblocking(False)
+        transport, _ = await loop.create_connection(lambda: _StubProtocol(self, stub), sock=stub.sock)
+        stub.transport = transport
+
+    def _kill(self, stub: _Stub) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            stub.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            stub.process.wait(5)
+        stub.sock.close()
+        stub.segments.close()
+        stub.arena.close()
+        self._unlink_stub_segments()
+
+    def _unlink_stub_segments(self) -> None:
+        """The stub's own shared memory, left behind when it dies without cleaning up."""
+        prefix = f"{self.settings.shm_region_prefix_name}{os.getpid()}_{self._stub_id}_s_"
+        with contextlib.suppress(OSError):
+            for name in os.listdir(ipc.SHM_DIR):
+                if name.startswith(prefix):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(ipc.SHM_DIR, name))
+
+    # -- messages from the stub (on the event loop) ------------------------------------------------------------
+
+    def _send(self, stub: _Stub, message: dict[str, Any]) -> None:
+        if stub.frees:
+            message["free"], stub.frees = stub.frees, []
+        if stub.transport is None or stub.transport.is_closing():
+            raise StubFailed(f"the stub process of model instance '{self.name}' is not running")
+        stub.transport.write(ipc.encode(message))
+
+    def on_message(self, stub: _Stub, message: dict[str, Any]) -> None:
+        for segment, offset in message.pop("free", ()):
+            stub.arena.free(segment, offset)
+        op = message["op"]
+        if op == "executed":
+            future = stub.executing.pop(message["id"], None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        elif op == "response":
+            self._on_response(stub, message)
+        elif op == "log":
+            self._on_log(message)
+        elif op in ("metric_family", "metric", "metric_update", "metric_value"):
+            self._on_metric(stub, message)
+        elif op in ("bls", "control"):
+            handler = self._on_bls if op == "bls" else self._on_control
+            task = asyncio.get_running_loop().create_task(handler(stub, message))
+            stub.tasks.add(task)
+            task.add_done_callback(stub.tasks.discard)
+        elif op == "finalized":
+            if message.get("error"):
+                log.error("finalize of model instance '%s' failed: %s", self.name, message["error"])
+            stub.finalized.set()
+        elif op == "bls_cancel":
+            pass  # a decoupled BLS stream the model stopped reading: its remaining responses are dropped
+
+    def _on_log(self, message: dict[str, Any]) -> None:
+        level = {"INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR}.get(
+            message["level"], logging.DEBUG
+        )
+        where = f"{os.path.basename(message.get('file') or 'model.py')}:{message.get('line', 0)}"
+        log.log(level, "%s: %s", where, message["message"])
+
+    def _on_metric(self, stub: _Stub, message: dict[str, Any]) -> None:
+        metrics = self.ctx.services.custom_metrics
+        op = message["op"]
+        try:
+            if op == "metric_family":
+                metrics.register_family(message["name"], message["description"], message["kind"])
+            elif op == "metric":
+                metrics.register(
+                    self._stub_id, message["metric"], message["family"], message["labels"], message["buckets"]
+                )
+            elif op == "metric_update":
+                metrics.update(self._stub_id, message["metric"], message["update"], message["value"])
+            else:
+                value = metrics.value(self._stub_id, message["metric"])
+                self._send(stub, {"op": "reply", "id": message["id"], "value": value})
+        except ModelhostError as e:
+            log.error("model instance '%s': %s", self.name, e)
+
+    # -- execute -----------------------------------------------------------------------------------------------
+
+    async def execute_jobs(self, jobs: list[Job]) -> list[Arrays | BaseException]:
+        stub = await self._ready_stub()
+        batch_id = next(self._ids)
+        requests: list[dict[str, Any]] = []
+        keys: list[int] = []
+        try:
+            for job in jobs:
+                key = next(self._ids)
+                keys.append(key)
+                requests.append(self._describe(stub, key, job))
+                job.on_cancel = lambda key=key: self._cancel(stub, key)
+                if job.sink is not None:
+                    stub.sinks[key] = job.sink
+                    job.sink.on_cancel = job.on_cancel
+        except (TypeError, ValueError) as e:
+            return [InvalidArgument(f"model '{self.model_name}': {e}")] * len(jobs)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        stub.executing[batch_id] = future
+        self._send(stub, {"op": "execute", "id": batch_id, "requests": requests})
+        timeouts = [j.request.timeout_us for j in jobs if j.request is not None and j.request.timeout_us > 0]
+        try:
+            if timeouts:
+                reply = await asyncio.wait_for(asyncio.shield(future), min(timeouts) / 1e6)
+            else:
+                reply = await future
+        except TimeoutError:
+            self._on_timeout(stub, min(timeouts))
+            error = Unavailable(
+                f"Request timeout expired: model '{self.model_name}' instance '{self.name}' did not finish "
+                f"within {min(timeouts)} us; its stub process is restarted"
+            )
+            return [error] * len(jobs)
+        if reply.get("error"):
+            for key in keys:
+                stub.sinks.pop(key, None)
+            failure = InternalError(reply["error"])
+            return [failure] * len(jobs)
+        if self.decoupled:
+            return [{} for _ in jobs]  # the responses travel through each job's sink
+        return [
+            self._outputs(stub, job, response) for job, response in zip(jobs, reply["responses"], strict=True)
+        ]
+
+    def _describe(self, stub: _Stub, key: int, job: Job) -> dict[str, Any]:
+        request = job.request
+        inputs = [put_tensor(stub.arena, name, array) for name, array in job.inputs.items()]
+        parameters = (
+            {}
+            if request is None
+            else {k: v for k, v in request.parameters.items() if not k.startswith("triton_")}
+        )
+        return {
+            "key": key,
+            "model_version": self.ctx.version,
+            "inputs": inputs,
+            "outputs": list(job.output_names),
+            "request_id": "" if request is None else request.id,
+            "correlation_id": 0,
+            "flags": 0,
+            "timeout": 0 if request is None else request.timeout_us,
+            "parameters": json.dumps(parameters),
+        }
+
+    def _cancel(self, stub: _Stub, key: int) -> None:
+        with contextlib.suppress(StubFailed):
+            self._send(stub, {"op": "cancel", "key": key})
+
+    def _outputs(self, stub: _Stub, job: Job, response: dict[str, Any] | None) -> Arrays | BaseException:
+        if response is None:
+            return InternalError(f"model '{self.model_name}' returned no response for the request")
+        arrays = self._arrays(stub, response)
+        if isinstance(arrays, BaseException):
+            return arrays
+        return self._check_outputs(job, arrays)
+
+    def _arrays(self, stub: _Stub, response: dict[str, Any]) -> Arrays | BaseException:
+        """A response's tensors copied out of the stub's memory (whose blocks then go back), or its error."""
+        arrays: Arrays = {}
+        for ref in response.get("outputs") or ():
+            view = view_tensor(stub.segments, ref)
+            arrays[ref.name] = view if ref.datatype == "BYTES" else view.copy()
+            stub.frees.append((ref.segment, ref.offset))
+        error = response.get("error")
+        if error is not None:
+            message, code = error
+            return _ERRORS_BY_CODE.get(int(code), InternalError)(message)
+        return arrays
+
+    def _check_outputs(self, job: Job, arrays: Arrays) -> Arrays | BaseException:
+        """The requested outputs, checked against the config: a model returning a wrong tensor fails its request
+        with a message naming the model, never a malformed answer."""
+        checked: Arrays = {}
+        for name in job.output_names:
+            array = arrays.get(name)
+            spec = self.outputs.get(name)
+            if array is None or spec is None:
+                return InternalError(
+                    f"model '{self.model_name}' did not return the requested output '{name}' "
+                    f"(it returned {sorted(arrays)})"
+                )
+            datatype = ipc.datatype_of(array)
+            if datatype != spec.datatype and not (spec.datatype == "BF16" and datatype == "UINT16"):
+                return InternalError(
+                    f"model '{self.model_name}' returned output '{name}' with data type {datatype}, but its "
+                    f"configuration says {spec.datatype}"
+                )
+            shape = list(array.shape)
+            batched = self.max_batch_size > 0
+            if not shape_matches(shape[1:] if batched else shape, spec.dims) or (
+                batched and (not shape or shape[0] != job.batch_size)
+            ):
+                return InternalError(
+                    f"model '{self.model_name}' returned output '{name}' of shape {format_shape(shape)}, but its "
+                    f"configuration says {format_shape(spec.full_shape(self.max_batch_size))}"
+                    + (f" for a batch of {job.batch_size}" if batched else "")
+                )
+            checked[name] = array
+        return checked
+
+    def _on_response(self, stub: _Stub, message: dict[str, Any]) -> None:
+        key = message["key"]
+        sink = stub.sinks.get(key)
+        final = bool(message["flags"] & FINAL)
+        described = message.get("response")
+        if final:
+            stub.sinks.pop(key, None)
+        if described is None:
+            if sink is not None:
+                sink.put(None, None, final)
+            return
+        arrays = self._arrays(stub, described)
+        if sink is None:
+            return  # the request is gone (its client went away); the blocks are freed all the same
+        if isinstance(arrays, BaseException):
+            sink.put(None, arrays, final)
+        else:
+            sink.put(arrays, None, final)
+
+    # -- BLS and model control: the model calling the server ---------------------------------------------------
+
+    async def _on_bls(self, stub: _Stub, message: dict[str, Any]) -> None:
+        server = self.ctx.services.server
+        refs: list[TensorRef] = message["inputs"]
+        try:
+            inputs = [
+                Tensor(ref.name, ref.datatype, list(ref.shape), _owned(view_tensor(stub.segments, ref)))
+                for ref in refs
+            ]
+        finally:
+            stub.frees.extend((ref.segment, ref.offset) for ref in refs)
+        parameters = message["parameters"]
+        request = InferenceRequest(
+            model_name=message["model"],
+            model_version=message["version"],
+            id=message["request_id"],
+            inputs=inputs,
+            outputs=[RequestedOutput(name) for name in message["outputs"]],
+            parameters=json.loads(parameters) if isinstance(parameters, str) and parameters else {},
+            timeout_us=int(message["timeout"] or 0),
+        )
+        reply_id = message["id"]
+        model = message["model"]
+        try:
+            if server is None:
+                raise Unavailable("BLS is not available: the model runs outside a server")
+            if not server.model_ready(model, request.model_version):
+                raise InternalError(
+                    f"Failed for execute the inference request. Model '{model}' is not ready."
+                )
+            if server.decoupled(model, request.model_version) and not message["decoupled"]:
+                raise InternalError(
+                    f"Model {model} is using the decoupled. The current BLS request call doesn't support models "
+                    "using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' "
+                    "or 'async_exec' calls for decoupled models.'"
+                )
+            if message["decoupled"]:
+                async for response in server.infer_stream(request):
+                    self._send_bls_reply(stub, reply_id, response.outputs, None, final=False)
+                self._send_bls_reply(stub, reply_id, [], None, final=True)
+            else:
+                response = await server.infer(request)
+                self._send_bls_reply(stub, reply_id, response.outputs, None, final=True)
+        except StubFailed:
+            pass  # the stub went away meanwhile
+        except ModelhostError as e:
+            # Triton's wording: the model called, then what went wrong; returned to the model, never raised.
+            wrapped = type(e)(f"Model {model} - Error when running inference: {e}")
+            with contextlib.suppress(StubFailed):
+                self._send_bls_reply(stub, reply_id, [], wrapped, final=True)
+
+    def _send_bls_reply(
+        self, stub: _Stub, reply_id: int, outputs: list[Tensor], error: ModelhostError | None, final: bool
+    ) -> None:
+        refs = [put_tensor(stub.arena, t.name, t.data, t.datatype) for t in outputs]
+        self._send(
+            stub,
+            {
+                "op": "reply",
+                "id": reply_id,
+                "outputs": refs,
+                "error": None if error is None else (str(error), error_code(error)),
+                "final": final,
+            },
+        )
+
+    async def _on_control(self, stub: _Stub, message: dict[str, Any]) -> None:
+        server = self.ctx.services.server
+        kwargs = message.get("kwargs") or {}
+        result: Any = None
+        error: str | None = None
+        try:
+            if server is None:
+                raise Unavailable("model control is not available: the model runs outside a server")
+            op, name = message["control"], message["model"]
+            if op == "load":
+                parameters: dict[str, Any] = {}
+                if kwargs.get("config"):
+                    parameters["config"] = kwargs["config"]
+                for path, content in (kwargs.get("files") or {}).items():
+                    parameters[path] = content
+                await server.load_model(name, parameters, files_base64=False)
+            elif op == "unload":
+                await server.unload_model(name, {"unload_dependents": bool(kwargs.get("unload_dependents"))})
+            else:
+                result = server.model_ready(name, str(kwargs.get("model_version") or ""))
+        except ModelhostError as e:
+            error = str(e)
+        with contextlib.suppress(StubFailed):
+            self._send(stub, {"op": "reply", "id": message["id"], "result": result, "error": error})
+
+    # -- failures and restarts ---------------------------------------------------------------------------------
+
+    def _on_timeout(self, stub: _Stub, timeout_us: int) -> None:
+        log.error(
+            "model instance '%s' of '%s' exceeded a request timeout of %d us: restarting its stub process",
+            self.name,
+            self.model_name,
+            timeout_us,
+        )
+        with contextlib.suppress(ProcessLookupError):
+            stub.process.send_signal(signal.SIGKILL)  # the loss of its connection then restarts it
+
+    def on_stub_lost(self, stub: _Stub) -> None:
+        if stub.closing or self._closed:
+            return
+        self._healthy.clear()
+        code = stub.process.poll()
+        if code is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = stub.process.wait(1)
+        error = InternalError(
+            f"Failed to process the request(s) for model '{self.model_name}': the stub process of instance "
+            f"'{self.name}' exited unexpectedly (exit code {code}); it is being restarted"
+        )
+        log.error("%s", error)
+        for future in stub.executing.values():
+            if not future.done():
+                future.set_result({"error": str(error)})
+        stub.executing.clear()
+        for sink in stub.sinks.values():
+            sink.put(None, error, final=True)
+        stub.sinks.clear()
+        for task in stub.tasks:
+            task.cancel()
+        self.ctx.services.custom_metrics.forget_stub(self._stub_id)
+        self._kill(stub)
+        self._restart = asyncio.get_running_loop().create_task(self._restart_stub())
+
+    async def _restart_stub(self) -> None:
+        try:
+            stub = await asyncio.to_thread(self._start_stub)
+            await self._attach_async(stub)
+        except ModelhostError as e:
+            self._failure = str(e)
+            log.error("model instance '%s' could not be restarted: %s", self.name, e)
+            return
+        if self._closed:
+            self._kill(stub)
+            return
+        self._stub = stub
+        self._failure = None
+        log.info("model instance '%s' of '%s' restarted", self.name, self.model_name)
+
+    async def _ready_stub(self) -> _Stub:
+        if self._restart is not None and not self._restart.done():
+            await asyncio.shield(self._restart)
+        if self._failure is not None:
+            raise StubFailed(self._failure)
+        return self._stub
+
+    # -- is_ready and close ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Finalize the model and end its stub (from a worker thread: blocking)."""
+        self._closed = True
+        stub = self._stub
+        stub.closing = True
+        loop = self.ctx.services.loop
+        if stub.transport is not None and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._send_finalize, stub)
+                stub.finalized.wait(self.settings.stub_timeout_seconds)
+            except RuntimeError:  # the loop is gone (server exit)
+                pass
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_close_transport, stub)
+        self._kill(stub)
+
+    def _send_finalize(self, stub: _Stub) -> None:
+        try:
+            self._send(stub, {"op": "finalize"})
+        except StubFailed:
+            stub.finalized.set()
+
+
+def _close_transport(stub: _Stub) -> None:
+    if stub.transport is not None:
+        stub.transport.close()
+
+
+def _owned(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A copy that no longer views the other process's memory (BYTES arrays are new already)."""
+    return array if array.dtype == np.object_ else array.copy()

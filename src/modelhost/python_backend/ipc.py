@@ -1,0 +1,323 @@
+"""How the server and a python model's stub process talk: framed messages on a socket, tensors in shared memory.
+
+Messages are small dicts, pickled, each framed by its 4-byte length, on a Unix socket pair. Tensor data never goes
+through the socket: the sender copies it into shared memory it owns (an `Arena` of segments in /dev/shm) and sends
+a `TensorRef` (name, datatype, shape, segment, offset, size); the receiver maps the segment and reads the tensor in
+place. The receiver tells the sender when a block may be reused (`free` lists that ride on later messages), so
+each side only ever allocates and frees in its own arena: no cross-process allocator, no locks shared between
+processes.
+
+This module is imported by the stub process too: numpy and the standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import pickle
+import socket
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+_FRAME = struct.Struct("<I")
+_LEN = struct.Struct("<I")
+ALIGN = 64  # every block starts on a cache line
+SHM_DIR = "/dev/shm"
+
+# KServe datatype <-> numpy dtype for what crosses the process boundary (BYTES: object arrays of bytes).
+DTYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BF16": np.dtype(np.uint16),
+}
+
+
+def datatype_of(array: npt.NDArray[Any]) -> str | None:
+    if array.dtype == np.object_ or array.dtype.kind in ("S", "U"):
+        return "BYTES"
+    for name, dtype in DTYPES.items():
+        if name != "BF16" and array.dtype == dtype:
+            return name
+    return None
+
+
+# -- BYTES elements: Triton's layout, a 4-byte little-endian length before each element -----------------------
+
+
+def serialize_bytes(array: npt.NDArray[Any]) -> bytes:
+    parts: list[bytes] = []
+    for item in array.ravel():
+        if isinstance(item, bytes):
+            data = item
+        elif isinstance(item, str):
+            data = item.encode("utf-8")
+        elif isinstance(item, np.bytes_ | bytearray | memoryview):
+            data = bytes(item)
+        else:
+            data = str(item).encode("utf-8")
+        parts.append(_LEN.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes(buffer: bytes | memoryview, shape: tuple[int, ...]) -> npt.NDArray[Any]:
+    data = bytes(buffer)
+    items: list[bytes] = []
+    offset = 0
+    while offset < len(data):
+        start = offset + 4
+        offset = start + _LEN.unpack_from(data, offset)[0]
+        items.append(data[start:offset])
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out.reshape(shape)
+
+
+# -- shared memory ---------------------------------------------------------------------------------------------
+
+
+class Segment:
+    """One shared-memory file, mapped. The creator unlinks it; the other side only maps it."""
+
+    def __init__(self, name: str, size: int, create: bool) -> None:
+        self.name = name
+        self.size = size
+        path = os.path.join(SHM_DIR, name)
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            else:
+                self.size = os.fstat(fd).st_size
+            self.map = mmap.mmap(fd, self.size)
+        finally:
+            os.close(fd)
+        self.view = memoryview(self.map)
+
+    def unlink(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(SHM_DIR, self.name))
+
+    def close(self) -> None:
+        # Arrays may still view it: then the mapping goes when the last of them does.
+        with contextlib.suppress(BufferError):
+            self.view.release()
+            self.map.close()
+
+
+class Arena:
+    """Shared memory one side allocates blocks from (first fit over a free list per segment, blocks coalesced
+    when freed); new segments are added when a block does not fit, each at least `growth` bytes."""
+
+    def __init__(self, prefix: str, default_size: int, growth: int) -> None:
+        self.prefix = prefix
+        self.growth = max(growth, ALIGN)
+        self._default_size = max(default_size, ALIGN)
+        self._segments: dict[str, Segment] = {}
+        self._free: dict[str, list[tuple[int, int]]] = {}  # segment -> sorted (offset, size) free blocks
+        self._used: dict[tuple[str, int], int] = {}  # (segment, offset) -> size
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def _add_segment(self, at_least: int) -> str:
+        size = self._default_size if not self._segments else self.growth
+        size = max(size, _round_up(at_least, self.growth))
+        name = f"{self.prefix}{os.getpid()}_{self._count}"
+        self._count += 1
+        self._segments[name] = Segment(name, size, create=True)
+        self._free[name] = [(0, size)]
+        return name
+
+    def alloc(self, nbytes: int) -> tuple[str, int]:
+        size = _round_up(max(nbytes, 1), ALIGN)
+        with self._lock:
+            for name, blocks in self._free.items():
+                for i, (offset, free) in enumerate(blocks):
+                    if free >= size:
+                        if free == size:
+                            del blocks[i]
+                        else:
+                            blocks[i] = (offset + size, free - size)
+                        self._used[(name, offset)] = size
+                        return name, offset
+            name = self._add_segment(size)
+            blocks = self._free[name]
+            offset, free = blocks[0]
+            if free == size:
+                blocks.pop(0)
+            else:
+                blocks[0] = (offset + size, free - size)
+            self._used[(name, offset)] = size
+            return name, offset
+
+    def free(self, name: str, offset: int) -> None:
+        with self._lock:
+            size = self._used.pop((name, offset), None)
+            if size is None:
+                return  # freed twice, or a block of a segment already gone: nothing to do
+            blocks = self._free[name]
+            blocks.append((offset, size))
+            blocks.sort()
+            merged: list[tuple[int, int]] = []
+            for start, length in blocks:
+                if merged and merged[-1][0] + merged[-1][1] == start:
+                    merged[-1] = (merged[-1][0], merged[-1][1] + length)
+                else:
+                    merged.append((start, length))
+            self._free[name] = merged
+
+    def buffer(self, name: str, offset: int, nbytes: int) -> memoryview:
+        return self._segments[name].view[offset : offset + nbytes]
+
+    def in_use(self) -> int:
+        with self._lock:
+            return sum(self._used.values())
+
+    def close(self) -> None:
+        with self._lock:
+            for segment in self._segments.values():
+                segment.unlink()
+                segment.close()
+            self._segments.clear()
+            self._free.clear()
+            self._used.clear()
+
+
+class SegmentMap:
+    """The other side's segments, mapped on first use."""
+
+    def __init__(self) -> None:
+        self._segments: dict[str, Segment] = {}
+        self._lock = threading.Lock()
+
+    def buffer(self, name: str, offset: int, nbytes: int) -> memoryview:
+        segment = self._segments.get(name)
+        if segment is None:
+            with self._lock:
+                segment = self._segments.get(name)
+                if segment is None:
+                    segment = Segment(name, 0, create=False)
+                    self._segments[name] = segment
+        return segment.view[offset : offset + nbytes]
+
+    def close(self) -> None:
+        with self._lock:
+            for segment in self._segments.values():
+                segment.close()
+            self._segments.clear()
+
+
+def _round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+# -- tensors across the boundary -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRef:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    segment: str
+    offset: int
+    nbytes: int
+
+
+def put_tensor(arena: Arena, name: str, array: npt.NDArray[Any], datatype: str | None = None) -> TensorRef:
+    """Copy a tensor into the arena (one copy: no pickling of the data)."""
+    datatype = datatype or datatype_of(array)
+    if datatype is None:
+        raise TypeError(f"tensor '{name}' has an unsupported data type {array.dtype}")
+    if datatype == "BYTES":
+        data = serialize_bytes(array)
+        segment, offset = arena.alloc(len(data))
+        arena.buffer(segment, offset, len(data))[:] = data
+        return TensorRef(name, datatype, tuple(array.shape), segment, offset, len(data))
+    source = np.ascontiguousarray(array)
+    nbytes = source.nbytes
+    segment, offset = arena.alloc(nbytes)
+    if nbytes:
+        target = np.frombuffer(arena.buffer(segment, offset, nbytes), dtype=source.dtype)
+        target[:] = source.reshape(-1)
+    return TensorRef(name, datatype, tuple(array.shape), segment, offset, nbytes)
+
+
+def view_tensor(segments: SegmentMap, ref: TensorRef) -> npt.NDArray[Any]:
+    """The tensor in place (BYTES: decoded into a new object array)."""
+    buffer = segments.buffer(ref.segment, ref.offset, ref.nbytes)
+    if ref.datatype == "BYTES":
+        return deserialize_bytes(buffer, ref.shape)
+    return np.frombuffer(buffer, dtype=DTYPES[ref.datatype]).reshape(ref.shape)
+
+
+# -- framing ---------------------------------------------------------------------------------------------------
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _FRAME.pack(len(body)) + body
+
+
+class FrameReader:
+    """Splits a byte stream into messages."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        self._buffer += data
+        messages: list[dict[str, Any]] = []
+        buffer = self._buffer
+        offset = 0
+        while len(buffer) - offset >= 4:
+            (length,) = _FRAME.unpack_from(buffer, offset)
+            end = offset + 4 + length
+            if end > len(buffer):
+                break
+            messages.append(pickle.loads(buffer[offset + 4 : end]))
+            offset = end
+        if offset:
+            del buffer[:offset]
+        return messages
+
+
+class BlockingChannel:
+    """The stub's end: blocking sends from any thread (one at a time), and a reader loop for one thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._send_lock = threading.Lock()
+        self._reader = FrameReader()
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = encode(message)
+        with self._send_lock:
+            self.sock.sendall(data)
+
+    def receive(self) -> list[dict[str, Any]]:
+        """The next messages; [] once the other side has closed."""
+        while True:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                return []
+            messages = self._reader.feed(data)
+            if messages:
+                return messages

@@ -1,0 +1,485 @@
+"""The stub process of one python model instance: imports the user's model.py and runs it for the server.
+
+    python -m modelhost.python_backend.stub <socket fd> <shm prefix> <shm default bytes> <shm growth bytes>
+
+Threads: the main thread runs the model (initialize, execute, finalize) one call at a time, in the order the
+server sends them; a reader thread takes every message off the socket, hands work to the main thread and answers
+the model's own waits (BLS results, metric values) directly; an event loop thread runs `async def execute` and
+`async_exec`. The process ends when the server closes its end of the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib.util
+import inspect
+import itertools
+import json
+import os
+import queue
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Awaitable, Iterator
+from pathlib import Path
+from typing import Any
+
+from modelhost.python_backend import pb_utils
+from modelhost.python_backend.ipc import (
+    Arena,
+    BlockingChannel,
+    SegmentMap,
+    TensorRef,
+    put_tensor,
+    view_tensor,
+)
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+_STOP = {"op": "_stop"}
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+
+
+class ExecuteError(Exception):
+    """A model that broke the execute contract (wrong number of responses, ...): said as Triton says it, without
+    an exception type or a traceback of ours."""
+
+
+def error_text(error: BaseException) -> str:
+    """An exception as Triton's python backend words it: the type and message, then where it happened in the
+    model's own code (innermost first; the stub's frames are not the user's business)."""
+    if isinstance(error, ExecuteError):
+        return str(error)
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
+    where = "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
+    return f"{type(error).__name__}: {error}" + (f"\n\nAt:\n{where}" if where else "")
+
+
+class _ResponseStream:
+    """The responses of a decoupled BLS request, as they arrive; iterating ends after the final one."""
+
+    def __init__(self, stub: Stub, bls_id: int) -> None:
+        self._stub = stub
+        self._id = bls_id
+        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    def __iter__(self) -> Iterator[pb_utils.InferenceResponse]:
+        while True:
+            reply = self.queue.get()
+            response = self._stub.response_from_reply(reply)
+            if reply.get("outputs") or reply.get("error"):
+                yield response
+            if reply.get("final", True):
+                return
+
+    def cancel(self) -> None:
+        self._stub.channel_send({"op": "bls_cancel", "id": self._id})
+
+
+class Stub:
+    def __init__(self, sock: socket.socket, prefix: str, default_size: int, growth: int) -> None:
+        self.channel = BlockingChannel(sock)
+        self.arena = Arena(prefix, default_size, growth)
+        self.segments = SegmentMap()
+        self.work: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.model: Any = None
+        self.model_name = ""
+        self.instance_name = ""
+        self.decoupled = False
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, concurrent.futures.Future[dict[str, Any]] | _ResponseStream] = {}
+        self._async_waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[dict[str, Any]]]] = {}
+        self._cancelled: set[int] = set()
+        # Input blocks of requests still alive (decoupled ones outlive execute), by request key.
+        self._inputs: dict[int, list[TensorRef]] = {}
+        self._sent: dict[int, dict[str, Any] | None] = {}  # non-decoupled responses sent through a sender
+        self._frees: list[tuple[str, int]] = []  # the server's blocks we are done with
+        self._frees_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- messaging ---------------------------------------------------------------------------------------------
+
+    def channel_send(self, message: dict[str, Any]) -> None:
+        with self._frees_lock:
+            if self._frees:
+                message["free"], self._frees = self._frees, []
+        self.channel.send(message)
+
+    def release_server_block(self, segment: str, offset: int) -> None:
+        with self._frees_lock:
+            self._frees.append((segment, offset))
+
+    def read_forever(self) -> None:
+        while True:
+            messages = self.channel.receive()
+            if not messages:
+                self.work.put(_STOP)
+                return
+            for message in messages:
+                for segment, offset in message.pop("free", ()):
+                    self.arena.free(segment, offset)
+                self.dispatch(message)
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        op = message["op"]
+        if op == "cancel":
+            self._cancelled.add(message["key"])
+        elif op == "reply":
+            self._answer(message)
+        else:
+            self.work.put(message)
+
+    def _answer(self, message: dict[str, Any]) -> None:
+        waiter_id = message["id"]
+        asynchronous = self._async_waiting.pop(waiter_id, None)
+        if asynchronous is not None:
+            loop, future = asynchronous
+            loop.call_soon_threadsafe(_resolve, future, message)
+            return
+        waiter = self._waiting.get(waiter_id)
+        if isinstance(waiter, _ResponseStream):
+            waiter.queue.put(message)
+            if message.get("final", True):
+                del self._waiting[waiter_id]
+        elif waiter is not None:
+            del self._waiting[waiter_id]
+            waiter.set_result(message)
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send and wait for the server's reply (blocking: the model's thread waits, the reader answers)."""
+        waiter_id = next(self._ids)
+        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        self._waiting[waiter_id] = future
+        self.channel_send({**message, "id": waiter_id})
+        return future.result()
+
+    # -- the main thread ---------------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        reader = threading.Thread(target=self.read_forever, name="stub-reader", daemon=True)
+        reader.start()
+        while True:
+            message = self.work.get()
+            op = message["op"]
+            if op == "_stop":
+                return
+            handler = getattr(self, f"on_{op}")
+            handler(message)
+            if op == "finalize":
+                return
+
+    def on_init(self, message: dict[str, Any]) -> None:
+        try:
+            self.model_name = message["args"]["model_name"]
+            self.instance_name = message["args"]["model_instance_name"]
+            self.decoupled = message["decoupled"]
+            pb_utils._set_model_dir(str(Path(message["model_file"]).parent))
+            module = self._import(message["model_file"])
+            self.model = module.TritonPythonModel()
+            initialize = getattr(self.model, "initialize", None)
+            if initialize is not None:
+                self._call(initialize, message["args"])
+        except BaseException as e:
+            self.channel_send({"op": "init_done", "error": error_text(e)})
+            return
+        self.channel_send({"op": "init_done", "error": None})
+
+    def on_auto_complete(self, message: dict[str, Any]) -> None:
+        try:
+            module = self._import(message["model_file"])
+        except BaseException as e:
+            self.channel_send({"op": "auto_complete_done", "error": error_text(e), "stage": "import"})
+            return
+        try:
+            cls = module.TritonPythonModel
+            config = pb_utils.ModelConfig(json.loads(message["config"]))
+            hook = getattr(cls, "auto_complete_config", None)
+            if hook is not None:
+                config = hook(config)
+                if not isinstance(config, pb_utils.ModelConfig):
+                    name = json.loads(message["config"]).get("name", "")
+                    raise pb_utils.TritonModelException(
+                        f"auto_complete_config function in model '{name}' must return a valid pb.ModelConfig "
+                        "object."
+                    )
+            result = json.dumps(config.as_dict())
+        except BaseException as e:
+            self.channel_send({"op": "auto_complete_done", "error": error_text(e)})
+            return
+        self.channel_send({"op": "auto_complete_done", "error": None, "config": result})
+
+    def _import(self, model_file: str) -> Any:
+        path = Path(model_file)
+        sys.path.insert(0, str(path.parent))  # model.py may import its neighbours, as in Triton
+        spec = importlib.util.spec_from_file_location("model", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["model"] = module
+        spec.loader.exec_module(module)
+        return module
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """Call a model method; coroutines run on the stub's event loop while this thread waits."""
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            return asyncio.run_coroutine_threadsafe(_awaited(result), self.event_loop()).result()
+        return result
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="stub-asyncio", daemon=True).start()
+            self._loop = loop
+        return self._loop
+
+    def on_is_ready(self, message: dict[str, Any]) -> None:
+        check = getattr(self.model, "is_ready", None)
+        try:
+            ready = True if check is None else bool(self._call(check))
+        except BaseException:
+            ready = False
+        self.channel_send({"op": "ready_done", "ready": ready})
+
+    def on_finalize(self, message: dict[str, Any]) -> None:
+        finalize = getattr(self.model, "finalize", None)
+        error = None
+        if finalize is not None:
+            try:
+                self._call(finalize)
+            except BaseException as e:
+                error = error_text(e)
+        self.channel_send({"op": "finalized", "error": error})
+
+    # -- execute -----------------------------------------------------------------------------------------------
+
+    def on_execute(self, message: dict[str, Any]) -> None:
+        requests = [self._request(r) for r in message["requests"]]
+        keys = [r["key"] for r in message["requests"]]
+        reply: dict[str, Any] = {"op": "executed", "id": message["id"], "error": None, "responses": None}
+        try:
+            returned = self._call(self.model.execute, requests)
+            if not self.decoupled:
+                reply["responses"] = self._responses(requests, keys, returned)
+        except BaseException as e:
+            reply["error"] = (
+                f"Failed to process the request(s) for model '{self.instance_name}', message: {error_text(e)}"
+            )
+        finally:
+            for key in keys:
+                self._sent.pop(key, None)
+                self._cancelled.discard(key)
+                if not self.decoupled:
+                    self._release_inputs(key)
+        self.channel_send(reply)
+
+    def _request(self, data: dict[str, Any]) -> pb_utils.InferenceRequest:
+        refs: list[TensorRef] = data["inputs"]
+        self._inputs[data["key"]] = refs
+        tensors = [pb_utils.Tensor(ref.name, view_tensor(self.segments, ref)) for ref in refs]
+        return pb_utils.InferenceRequest._from_server(
+            key=data["key"],
+            model_name=self.model_name,
+            model_version=data["model_version"],
+            inputs=tensors,
+            requested_output_names=data["outputs"],
+            request_id=data["request_id"],
+            correlation_id=data["correlation_id"],
+            flags=data["flags"],
+            timeout=data["timeout"],
+            parameters_json=data["parameters"],
+            decoupled=self.decoupled,
+        )
+
+    def _release_inputs(self, key: int) -> None:
+        for ref in self._inputs.pop(key, ()):
+            self.release_server_block(ref.segment, ref.offset)
+
+    def _responses(
+        self, requests: list[pb_utils.InferenceRequest], keys: list[int], returned: Any
+    ) -> list[dict[str, Any] | None]:
+        if returned is None and all(k in self._sent for k in keys):
+            return [self._sent[k] for k in keys]  # every response went through its sender
+        if not isinstance(returned, list | tuple):
+            raise ExecuteError(
+                f"Expected a list in the execute return, received type '{type(returned).__name__}'."
+            )
+        if len(returned) != len(keys):
+            raise ExecuteError(
+                f"Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+                f"InferenceRequest(s) size is:{len(keys)}, and InferenceResponse(s) size is:{len(returned)}\n"
+            )
+        described: list[dict[str, Any] | None] = []
+        for request, key, response in zip(requests, keys, returned, strict=True):
+            if response is None:
+                described.append(self._sent.get(key))
+                continue
+            # As Triton: a returned response counts as the request's one response (an error if the model also
+            # sent one through the request's sender).
+            request.get_response_sender()._update_state(response, FINAL)
+            described.append(self.describe(response))
+        return described
+
+    def describe(self, response: pb_utils.InferenceResponse) -> dict[str, Any]:
+        """A response for the server: its outputs copied into our arena, its error as (message, code)."""
+        if not isinstance(response, pb_utils.InferenceResponse):
+            raise pb_utils.TritonModelException(
+                f"Expected an 'InferenceResponse' object in the execute function return list, found type "
+                f"'{type(response).__name__}'."
+            )
+        error = response.error()
+        outputs = (
+            []
+            if error is not None
+            else [put_tensor(self.arena, t.name(), t.as_numpy()) for t in response.output_tensors()]
+        )
+        return {
+            "outputs": outputs,
+            "error": None if error is None else (error.message(), int(error.code())),
+            "parameters": response.parameters(),
+        }
+
+    # -- the runtime seam of pb_utils --------------------------------------------------------------------------
+
+    def send_response(self, key: int, response: pb_utils.InferenceResponse | None, flags: int) -> None:
+        described = None if response is None else self.describe(response)
+        if not self.decoupled:
+            if described is not None or key not in self._sent:  # send(resp) then send(flags=FINAL): keep resp
+                self._sent[key] = described
+            return
+        self.channel_send({"op": "response", "key": key, "response": described, "flags": flags})
+        if flags & FINAL:
+            self._release_inputs(key)
+
+    def is_cancelled(self, key: int) -> bool:
+        return key in self._cancelled
+
+    def _bls_message(
+        self, request: pb_utils.InferenceRequest, decoupled: bool, timeout_us: int
+    ) -> dict[str, Any]:
+        inputs = [put_tensor(self.arena, t.name(), t.as_numpy()) for t in request.inputs()]
+        version = request.model_version()
+        return {
+            "op": "bls",
+            "model": request.model_name(),
+            "version": "" if version in (-1, "", None) else str(version),
+            "inputs": inputs,
+            "outputs": list(request.requested_output_names()),
+            "request_id": request.request_id(),
+            "correlation_id": request.correlation_id(),
+            "flags": request.flags(),
+            "timeout": timeout_us or request.timeout(),
+            "parameters": request.parameters(),
+            "decoupled": decoupled,
+        }
+
+    def exec_bls(self, request: pb_utils.InferenceRequest, decoupled: bool, timeout_us: int) -> Any:
+        message = self._bls_message(request, decoupled, timeout_us)
+        if decoupled:
+            waiter_id = next(self._ids)
+            stream = _ResponseStream(self, waiter_id)
+            self._waiting[waiter_id] = stream
+            self.channel_send({**message, "id": waiter_id})
+            return pb_utils.ResponseIterator(iter(stream), stream.cancel)
+        return self.response_from_reply(self.request(message))
+
+    def async_exec_bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Awaitable[Any]:
+        message = self._bls_message(request, decoupled, 0)
+        loop = asyncio.get_running_loop()
+        waiter_id = next(self._ids)
+        if decoupled:
+            return self._async_stream(loop, waiter_id, message)
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._async_waiting[waiter_id] = (loop, future)
+        self.channel_send({**message, "id": waiter_id})
+        return self._async_response(future)
+
+    async def _async_response(self, future: asyncio.Future[dict[str, Any]]) -> pb_utils.InferenceResponse:
+        return self.response_from_reply(await future)
+
+    async def _async_stream(
+        self, loop: asyncio.AbstractEventLoop, waiter_id: int, message: dict[str, Any]
+    ) -> pb_utils.ResponseIterator:
+        """As Triton: `await request.async_exec(decoupled=True)` gives an iterator to loop over with `for`; it
+        resolves once the last response is in, the model's event loop serving other coroutines meanwhile."""
+        stream = _ResponseStream(self, waiter_id)
+        self._waiting[waiter_id] = stream
+        self.channel_send({**message, "id": waiter_id})
+        responses: list[pb_utils.InferenceResponse] = []
+        while True:
+            reply = await loop.run_in_executor(None, stream.queue.get)
+            response = self.response_from_reply(reply)  # also frees what the reply carries
+            if reply.get("outputs") or reply.get("error"):
+                responses.append(response)
+            if reply.get("final", True):
+                return pb_utils.ResponseIterator(responses, stream.cancel)
+
+    def response_from_reply(self, reply: dict[str, Any]) -> pb_utils.InferenceResponse:
+        """A BLS answer as the model sees it: outputs copied out of the server's memory, errors not raised."""
+        for ref in reply.get("inputs_done", ()):
+            self.arena.free(ref.segment, ref.offset)
+        tensors = []
+        for ref in reply.get("outputs") or ():
+            tensors.append(pb_utils.Tensor(ref.name, view_tensor(self.segments, ref).copy()))
+            self.release_server_block(ref.segment, ref.offset)
+        error = reply.get("error")
+        if error is not None:
+            message, code = error
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+        return pb_utils.InferenceResponse(output_tensors=tensors, parameters=reply.get("parameters") or {})
+
+    def log(self, level: str, message: str, filename: str, line: int) -> None:
+        self.channel_send({"op": "log", "level": level, "message": message, "file": filename, "line": line})
+
+    def register_metric_family(self, name: str, description: str, kind: str) -> None:
+        self.channel_send({"op": "metric_family", "name": name, "description": description, "kind": kind})
+
+    def register_metric(self, family: str, labels: dict[str, str], buckets: list[float] | None) -> int:
+        metric_id = next(self._ids)
+        self.channel_send(
+            {"op": "metric", "metric": metric_id, "family": family, "labels": labels, "buckets": buckets}
+        )
+        return metric_id
+
+    def update_metric(self, metric_id: int, op: str, value: float) -> None:
+        self.channel_send({"op": "metric_update", "metric": metric_id, "update": op, "value": value})
+
+    def metric_value(self, metric_id: int) -> float:
+        return float(self.request({"op": "metric_value", "metric": metric_id})["value"])
+
+    def model_control(self, op: str, model_name: str, **kwargs: Any) -> Any:
+        reply = self.request({"op": "control", "control": op, "model": model_name, "kwargs": kwargs})
+        if reply.get("error"):
+            raise pb_utils.TritonModelException(reply["error"])
+        return reply.get("result")
+
+
+def _resolve(future: asyncio.Future[dict[str, Any]], message: dict[str, Any]) -> None:
+    if not future.done():
+        future.set_result(message)
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def main(argv: list[str]) -> int:
+    fd, prefix, default_size, growth = int(argv[0]), argv[1], int(argv[2]), int(argv[3])
+    sock = socket.socket(fileno=fd)
+    stub = Stub(sock, prefix, default_size, growth)
+    sys.modules["triton_python_backend_utils"] = pb_utils
+    pb_utils._set_runtime(stub)
+    try:
+        stub.serve()
+    finally:
+        stub.arena.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # threads of the model's own (and the reader) must not keep the process alive
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

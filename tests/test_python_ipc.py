@@ -1,0 +1,97 @@
+"""The python backend's transport: shared-memory arenas, tensors across them, framed messages."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from modelhost.python_backend.ipc import (
+    SHM_DIR,
+    Arena,
+    FrameReader,
+    SegmentMap,
+    deserialize_bytes,
+    encode,
+    put_tensor,
+    serialize_bytes,
+    view_tensor,
+)
+
+
+@pytest.fixture
+def arena() -> Iterator[Arena]:
+    a = Arena(f"modelhost_test_{os.getpid()}_", 4096, 4096)
+    yield a
+    a.close()
+
+
+def test_blocks_are_reused_after_free_and_coalesce(arena: Arena) -> None:
+    first = arena.alloc(1000)
+    second = arena.alloc(1000)
+    assert first != second
+    arena.free(*first)
+    arena.free(*second)
+    assert arena.in_use() == 0
+    # The two freed neighbours merged: a block of both their sizes fits where they were.
+    assert arena.alloc(2000) == first
+
+
+def test_a_block_larger_than_a_segment_gets_a_segment_of_its_own(arena: Arena) -> None:
+    small = arena.alloc(100)
+    big = arena.alloc(10_000)
+    assert big[0] != small[0]
+    assert arena.in_use() >= 10_000
+
+
+def test_segments_are_removed_on_close() -> None:
+    arena = Arena(f"modelhost_test_close_{os.getpid()}_", 4096, 4096)
+    segment, _ = arena.alloc(10)
+    assert os.path.exists(os.path.join(SHM_DIR, segment))
+    arena.close()
+    assert not os.path.exists(os.path.join(SHM_DIR, segment))
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.array([[True, False]]),
+        np.arange(6, dtype=np.int64)[::2],  # not contiguous
+        np.zeros((0, 4), dtype=np.float16),
+        np.array([b"a", b"", "\u00e9".encode(), b"\x00\xff"], dtype=object).reshape(2, 2),
+    ],
+)
+def test_tensors_cross_through_shared_memory(arena: Arena, array: np.ndarray) -> None:
+    ref = put_tensor(arena, "T", array)
+    segments = SegmentMap()
+    try:
+        back = view_tensor(segments, ref)
+        assert back.shape == array.shape
+        assert back.tolist() == array.tolist()
+    finally:
+        del back
+        segments.close()
+
+
+def test_bytes_elements_keep_triton_layout() -> None:
+    array = np.array([b"ab", b"c"], dtype=object)
+    data = serialize_bytes(array)
+    assert data == b"\x02\x00\x00\x00ab\x01\x00\x00\x00c"
+    assert deserialize_bytes(data, (2,)).tolist() == [b"ab", b"c"]
+
+
+def test_unsupported_types_are_refused(arena: Arena) -> None:
+    with pytest.raises(TypeError, match="unsupported data type"):
+        put_tensor(arena, "T", np.array([1 + 2j]))
+
+
+def test_frames_split_across_reads() -> None:
+    data = encode({"op": "a", "n": 1}) + encode({"op": "b", "payload": "x" * 1000})
+    reader = FrameReader()
+    got = []
+    for i in range(0, len(data), 7):
+        got += reader.feed(data[i : i + 7])
+    assert [m["op"] for m in got] == ["a", "b"]
