@@ -20,6 +20,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "src" / "modelhost" / "examp
 # KServe datatype <-> numpy (only what the benchmark models need, plus a few for safety).
 _NP_OF = {"INT32": np.int32, "INT64": np.int64, "FP32": np.float32, "FP64": np.float64, "FP16": np.float16}
 MODELS = ("simple", "mlp")
+# With --python-backend: a python-backend identity model and the python-backend onnxruntime MLP.
+PYTHON_MODELS = ("identity", "mlp")
 
 
 @dataclass
@@ -44,6 +46,11 @@ def make_workload(model: str, batch_size: int = 1, examples: Path = EXAMPLES) ->
         a = rng.integers(-1000, 1000, size=(batch_size, 16), dtype=np.int32)
         b = rng.integers(-1000, 1000, size=(batch_size, 16), dtype=np.int32)
         w = Workload(model, [("INPUT0", "INT32", a), ("INPUT1", "INT32", b)], ["OUTPUT0", "OUTPUT1"])
+    elif model == "identity":
+        x = rng.integers(-1000, 1000, size=(batch_size, 16)).astype(np.float32)
+        w = Workload(model, [("INPUT0", "FP32", x)], ["OUTPUT0"])
+        w.expected = {"OUTPUT0": x}
+        return w
     elif model == "mlp":
         # Multiples of 1/256: exact in float32 and short in JSON, so both encodings carry the same numbers.
         x = (rng.integers(-512, 512, size=(batch_size, 256)) / 256.0).astype(np.float32)

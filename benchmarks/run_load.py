@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 import loadgen  # noqa: E402
 import payloads  # noqa: E402
-from reference_repo import build_modelhost_repo, build_reference_repo  # noqa: E402
+from reference_repo import build_modelhost_repo, build_python_repo, build_reference_repo  # noqa: E402
 from servers import DEFAULT_MODELHOST_CMD, Ports, Server, server_command  # noqa: E402
 
 SERVERS = ("modelhost", "reference")
@@ -72,18 +72,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (default 1)")
     p.add_argument("--grpc-processes", type=int, default=2, help="processes of the Python gRPC generator")
     p.add_argument("--h2load-connections", type=int, default=2, help="HTTP/2 connections of grpc-h2load")
+    p.add_argument(
+        "--python-backend",
+        action="store_true",
+        help="both servers serve the same python-backend model.py files (models identity and mlp)",
+    )
     p.add_argument("--modelhost-cmd", default=DEFAULT_MODELHOST_CMD, help="command that runs modelhost")
     p.add_argument("--output", type=Path, default=None, help="results JSON (default benchmarks/results/...)")
     args = p.parse_args(argv)
     args.servers = list(SERVERS) if args.server == "both" else args.server.split(",")
-    args.models = list(payloads.MODELS) if args.model == "both" else args.model.split(",")
+    known = payloads.PYTHON_MODELS if args.python_backend else payloads.MODELS
+    args.models = list(known) if args.model == "both" else args.model.split(",")
     args.concurrencies = [int(c) for c in args.concurrency.split(",") if c]
     args.protocol_list = [x for x in args.protocols.split(",") if x]
     for s in args.servers:
         if s not in SERVERS:
             p.error(f"unknown server {s!r}")
     for m in args.models:
-        if m not in payloads.MODELS:
+        if m not in known:
             p.error(f"unknown model {m!r}")
     for x in args.protocol_list:
         if x not in loadgen.PROTOCOLS:
@@ -147,14 +153,18 @@ def run_all(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         )
         for m, w in workloads.items()
     }
-    repos = {
-        "modelhost": build_modelhost_repo(
-            workdir / "repo-modelhost", args.models, dynamic_batching_us=args.dynamic_batching_us
-        ),
-        "reference": build_reference_repo(
-            workdir / "repo-reference", args.models, dynamic_batching_us=args.dynamic_batching_us
-        ),
-    }
+    if args.python_backend:
+        python_repo = build_python_repo(workdir / "repo-python", args.models, args.dynamic_batching_us)
+        repos = {"modelhost": python_repo, "reference": python_repo}
+    else:
+        repos = {
+            "modelhost": build_modelhost_repo(
+                workdir / "repo-modelhost", args.models, dynamic_batching_us=args.dynamic_batching_us
+            ),
+            "reference": build_reference_repo(
+                workdir / "repo-reference", args.models, dynamic_batching_us=args.dynamic_batching_us
+            ),
+        }
     runs: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
     configs: dict[str, dict[str, Any]] = {}

@@ -252,6 +252,12 @@ def test_bls_async_execute_with_async_exec(api: Api) -> None:
     assert result.as_numpy("OUTPUT1").tolist() == [[9, 18, 27, 36]]
 
 
+def test_bls_into_a_decoupled_model_iterates_its_responses(api: Api) -> None:
+    result = api.infer("bls_decoupled", IN=np.array([4, 5, 6], dtype=np.int32))
+    assert result.as_numpy("SUM").tolist() == [15]
+    assert result.as_numpy("COUNT").tolist() == [3]
+
+
 def test_bls_onnx_calls_an_onnx_model(api: Api) -> None:
     result = api.infer("bls_onnx", INPUT0=np.array([[1, 2, 3, 4]], dtype=np.int32))
     assert result.as_numpy("OUTPUT0").tolist() == [[4, 6, 8, 10]]

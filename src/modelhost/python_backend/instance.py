@@ -41,7 +41,7 @@ from modelhost.errors import (
 )
 from modelhost.io_specs import TensorSpec, format_shape, output_specs, shape_matches
 from modelhost.python_backend import ipc
-from modelhost.python_backend.ipc import Arena, FrameReader, SegmentMap, TensorRef, put_tensor, view_tensor
+from modelhost.python_backend.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
 from modelhost.scheduling.instances import Job
 from modelhost.scheduling.responses import ResponseSink
 from modelhost.types import InferenceRequest, RequestedOutput, Tensor
@@ -112,7 +112,7 @@ class _Stub:
     transport: asyncio.Transport | None = None
     # Blocks of the stub's arena we are done with, sent back with our next message.
     frees: list[tuple[str, int]] = field(default_factory=list)
-    executing: dict[int, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
+    executing: dict[int, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
     sinks: dict[int, ResponseSink] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     finalized: threading.Event = field(default_factory=threading.Event)
@@ -204,6 +204,10 @@ def exchange(
 
 
 class PythonInstance:
+    # Jobs sent to the stub at once: it runs them one after the other (execute is never entered twice), and
+    # the second is already in its socket when the first ends, instead of a round trip through the server.
+    pipeline_depth = 2
+
     def __init__(self, ctx: BackendContext, group: Any, index: int, device_id: int, model_file: str) -> None:
         self.ctx = ctx
         self.name = f"{group.name}_{index}"
@@ -316,9 +320,9 @@ class PythonInstance:
             stub.arena.free(segment, offset)
         op = message["op"]
         if op == "executed":
-            future = stub.executing.pop(message["id"], None)
-            if future is not None and not future.done():
-                future.set_result(message)
+            on_reply = stub.executing.pop(message["id"], None)
+            if on_reply is not None:
+                on_reply(message)
         elif op == "response":
             self._on_response(stub, message)
         elif op == "log":
@@ -364,8 +368,13 @@ class PythonInstance:
 
     # -- execute -----------------------------------------------------------------------------------------------
 
-    async def execute_jobs(self, jobs: list[Job]) -> list[Arrays | BaseException]:
-        stub = await self._ready_stub()
+    def submit(self, jobs: list[Job], done: Callable[[list[Arrays | BaseException]], None]) -> None:
+        """Send the requests to the stub now; `done` gets one outcome per job when the stub answers (called
+        from the socket's callback, so the pool can start the next job without a trip through the loop)."""
+        if self._failure is not None or (self._restart is not None and not self._restart.done()):
+            asyncio.get_running_loop().create_task(self._submit_when_ready(jobs, done))
+            return
+        stub = self._stub
         batch_id = next(self._ids)
         requests: list[dict[str, Any]] = []
         keys: list[int] = []
@@ -379,23 +388,58 @@ class PythonInstance:
                     stub.sinks[key] = job.sink
                     job.sink.on_cancel = job.on_cancel
         except (TypeError, ValueError) as e:
-            return [InvalidArgument(f"model '{self.model_name}': {e}")] * len(jobs)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        stub.executing[batch_id] = future
-        self._send(stub, {"op": "execute", "id": batch_id, "requests": requests})
+            done([InvalidArgument(f"model '{self.model_name}': {e}")] * len(jobs))
+            return
         timeouts = [j.request.timeout_us for j in jobs if j.request is not None and j.request.timeout_us > 0]
-        try:
-            if timeouts:
-                reply = await asyncio.wait_for(asyncio.shield(future), min(timeouts) / 1e6)
-            else:
-                reply = await future
-        except TimeoutError:
+        timer: asyncio.TimerHandle | None = None
+        finished = False
+
+        def on_reply(reply: dict[str, Any]) -> None:
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            if timer is not None:
+                timer.cancel()
+            done(self._outcomes(stub, jobs, keys, reply))
+
+        def on_timeout() -> None:
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            stub.executing.pop(batch_id, None)
             self._on_timeout(stub, min(timeouts))
             error = Unavailable(
                 f"Request timeout expired: model '{self.model_name}' instance '{self.name}' did not finish "
                 f"within {min(timeouts)} us; its stub process is restarted"
             )
-            return [error] * len(jobs)
+            done([error] * len(jobs))
+
+        stub.executing[batch_id] = on_reply
+        try:
+            self._send(stub, {"op": "execute", "id": batch_id, "requests": requests})
+        except StubFailed as e:
+            stub.executing.pop(batch_id, None)
+            finished = True
+            done([e] * len(jobs))
+            return
+        if timeouts:
+            timer = asyncio.get_running_loop().call_later(min(timeouts) / 1e6, on_timeout)
+
+    async def _submit_when_ready(
+        self, jobs: list[Job], done: Callable[[list[Arrays | BaseException]], None]
+    ) -> None:
+        try:
+            await self._ready_stub()
+        except ModelhostError as e:
+            done([e] * len(jobs))
+            return
+        self.submit(jobs, done)
+
+    def _outcomes(
+        self, stub: _Stub, jobs: list[Job], keys: list[int], reply: dict[str, Any]
+    ) -> list[Arrays | BaseException]:
         if reply.get("error"):
             for key in keys:
                 stub.sinks.pop(key, None)
@@ -424,7 +468,7 @@ class PythonInstance:
             "correlation_id": 0,
             "flags": 0,
             "timeout": 0 if request is None else request.timeout_us,
-            "parameters": json.dumps(parameters),
+            "parameters": json.dumps(parameters) if parameters else "{}",
         }
 
     def _cancel(self, stub: _Stub, key: int) -> None:
@@ -442,7 +486,7 @@ class PythonInstance:
     def _arrays(self, stub: _Stub, response: dict[str, Any]) -> Arrays | BaseException:
         """A response's tensors copied out of the stub's memory (whose blocks then go back), or its error."""
         arrays: Arrays = {}
-        for ref in response.get("outputs") or ():
+        for ref in as_refs(response.get("outputs")):
             view = view_tensor(stub.segments, ref)
             arrays[ref.name] = view if ref.datatype == "BYTES" else view.copy()
             stub.frees.append((ref.segment, ref.offset))
@@ -506,7 +550,7 @@ class PythonInstance:
 
     async def _on_bls(self, stub: _Stub, message: dict[str, Any]) -> None:
         server = self.ctx.services.server
-        refs: list[TensorRef] = message["inputs"]
+        refs = as_refs(message["inputs"])
         try:
             inputs = [
                 Tensor(ref.name, ref.datatype, list(ref.shape), _owned(view_tensor(stub.segments, ref)))
@@ -619,10 +663,10 @@ class PythonInstance:
             f"'{self.name}' exited unexpectedly (exit code {code}); it is being restarted"
         )
         log.error("%s", error)
-        for future in stub.executing.values():
-            if not future.done():
-                future.set_result({"error": str(error)})
+        handlers = list(stub.executing.values())
         stub.executing.clear()
+        for handler in handlers:
+            handler({"error": str(error)})
         for sink in stub.sinks.values():
             sink.put(None, error, final=True)
         stub.sinks.clear()

@@ -333,13 +333,20 @@ def triton_string_to_numpy(triton_type_string: str) -> type[Any]:
     return TRITON_STRING_TO_NUMPY[triton_type_string]
 
 
+_TRITON_TYPE_OF_DTYPE: dict[np.dtype[Any], int] = {}
+
+
 def _tensor_dtype(dtype: np.dtype[Any]) -> int:
     """The Triton type of an array given to Tensor (the C++ numpy_to_triton_type of pb_stub_utils.cc)."""
+    known = _TRITON_TYPE_OF_DTYPE.get(dtype)
+    if known is not None:  # the common case, looked up once: every tensor of every request comes here
+        return known
     if dtype == np.object_ or dtype.type == np.bytes_:
         return _TYPE_BYTES
     triton_type = numpy_to_triton_type(dtype)
     if triton_type is None:
         raise TritonModelException("NumPy dtype is not supported.")
+    _TRITON_TYPE_OF_DTYPE[dtype] = triton_type
     return triton_type
 
 

@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import queue
+import select
 import socket
 import sys
 import threading
@@ -32,12 +33,16 @@ from modelhost.python_backend.ipc import (
     BlockingChannel,
     SegmentMap,
     TensorRef,
+    as_refs,
     put_tensor,
     view_tensor,
 )
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-_STOP = {"op": "_stop"}
+
+
+class _ServerGone(Exception):
+    """The server closed its end (or asked us to finalize): the process ends."""
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
@@ -68,12 +73,21 @@ class _ResponseStream:
 
     def __iter__(self) -> Iterator[pb_utils.InferenceResponse]:
         while True:
-            reply = self.queue.get()
+            reply = self._next_reply()
             response = self._stub.response_from_reply(reply)
             if reply.get("outputs") or reply.get("error"):
                 yield response
             if reply.get("final", True):
                 return
+
+    def _next_reply(self) -> dict[str, Any]:
+        while True:
+            try:
+                return self.queue.get_nowait()
+            except queue.Empty:
+                if threading.get_ident() != self._stub._main:
+                    return self.queue.get()  # the main thread reads the replies
+                self._stub._pump()  # the main thread itself waits: it reads them
 
     def cancel(self) -> None:
         self._stub.channel_send({"op": "bls_cancel", "id": self._id})
@@ -84,7 +98,6 @@ class Stub:
         self.channel = BlockingChannel(sock)
         self.arena = Arena(prefix, default_size, growth)
         self.segments = SegmentMap()
-        self.work: queue.Queue[dict[str, Any]] = queue.Queue()
         self.model: Any = None
         self.model_name = ""
         self.instance_name = ""
@@ -99,6 +112,12 @@ class Stub:
         self._frees: list[tuple[str, int]] = []  # the server's blocks we are done with
         self._frees_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._main = threading.get_ident()
+        self._busy = False
+        self._deferred: list[dict[str, Any]] = []
+        # Written when a coroutine the main thread waits for ends, so that its select() returns.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_w.setblocking(False)
 
     # -- messaging ---------------------------------------------------------------------------------------------
 
@@ -112,25 +131,37 @@ class Stub:
         with self._frees_lock:
             self._frees.append((segment, offset))
 
-    def read_forever(self) -> None:
-        while True:
-            messages = self.channel.receive()
-            if not messages:
-                self.work.put(_STOP)
-                return
+    def _pump(self, timeout: float | None = None) -> None:
+        """Read what has arrived (or the wake-up of a finished coroutine) and handle it: the main thread's only
+        way of waiting, so that replies the model waits for are read by the thread that waits."""
+        readable, _, _ = select.select([self.channel.sock, self._wake_r], [], [], timeout)
+        if self._wake_r in readable:
+            self._wake_r.recv(4096)
+        if self.channel.sock in readable:
+            messages = self.channel.receive_once()
+            if messages is None:
+                raise _ServerGone
             for message in messages:
-                for segment, offset in message.pop("free", ()):
-                    self.arena.free(segment, offset)
-                self.dispatch(message)
+                self.handle(message)
 
-    def dispatch(self, message: dict[str, Any]) -> None:
+    def handle(self, message: dict[str, Any]) -> None:
+        for segment, offset in message.pop("free", ()):
+            self.arena.free(segment, offset)
         op = message["op"]
         if op == "cancel":
             self._cancelled.add(message["key"])
         elif op == "reply":
             self._answer(message)
+        elif self._busy:
+            self._deferred.append(message)  # the server sends one call at a time; kept in order all the same
         else:
-            self.work.put(message)
+            self._busy = True
+            try:
+                getattr(self, f"on_{op}")(message)
+            finally:
+                self._busy = False
+            if op == "finalize":
+                raise _ServerGone
 
     def _answer(self, message: dict[str, Any]) -> None:
         waiter_id = message["id"]
@@ -149,27 +180,33 @@ class Stub:
             waiter.set_result(message)
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send and wait for the server's reply (blocking: the model's thread waits, the reader answers)."""
+        """Send and wait for the server's reply. The main thread reads the reply itself; another thread of the
+        model waits while the main thread (idle or waiting too) reads it."""
         waiter_id = next(self._ids)
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         self._waiting[waiter_id] = future
         self.channel_send({**message, "id": waiter_id})
+        reply: dict[str, Any] = self._wait(future)
+        return reply
+
+    def _wait(self, future: concurrent.futures.Future[Any]) -> Any:
+        if threading.get_ident() == self._main:
+            future.add_done_callback(lambda _: self._wake_w.send(b"."))
+            while not future.done():
+                self._pump()
         return future.result()
 
     # -- the main thread ---------------------------------------------------------------------------------------
 
     def serve(self) -> None:
-        reader = threading.Thread(target=self.read_forever, name="stub-reader", daemon=True)
-        reader.start()
-        while True:
-            message = self.work.get()
-            op = message["op"]
-            if op == "_stop":
-                return
-            handler = getattr(self, f"on_{op}")
-            handler(message)
-            if op == "finalize":
-                return
+        """One thread reads and runs everything: a hand-off to another thread costs more than a small model."""
+        try:
+            while True:
+                while self._deferred and not self._busy:
+                    self.handle(self._deferred.pop(0))
+                self._pump()
+        except _ServerGone:
+            return
 
     def on_init(self, message: dict[str, Any]) -> None:
         try:
@@ -226,7 +263,7 @@ class Stub:
         """Call a model method; coroutines run on the stub's event loop while this thread waits."""
         result = fn(*args)
         if inspect.isawaitable(result):
-            return asyncio.run_coroutine_threadsafe(_awaited(result), self.event_loop()).result()
+            return self._wait(asyncio.run_coroutine_threadsafe(_awaited(result), self.event_loop()))
         return result
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
@@ -277,7 +314,7 @@ class Stub:
         self.channel_send(reply)
 
     def _request(self, data: dict[str, Any]) -> pb_utils.InferenceRequest:
-        refs: list[TensorRef] = data["inputs"]
+        refs = as_refs(data["inputs"])
         self._inputs[data["key"]] = refs
         tensors = [pb_utils.Tensor(ref.name, view_tensor(self.segments, ref)) for ref in refs]
         return pb_utils.InferenceRequest._from_server(
@@ -355,6 +392,10 @@ class Stub:
             self._release_inputs(key)
 
     def is_cancelled(self, key: int) -> bool:
+        if key not in self._cancelled and threading.get_ident() == self._main:
+            self._pump(
+                timeout=0
+            )  # the main thread is running the model: read a cancellation that came meanwhile
         return key in self._cancelled
 
     def _bls_message(
@@ -419,10 +460,8 @@ class Stub:
 
     def response_from_reply(self, reply: dict[str, Any]) -> pb_utils.InferenceResponse:
         """A BLS answer as the model sees it: outputs copied out of the server's memory, errors not raised."""
-        for ref in reply.get("inputs_done", ()):
-            self.arena.free(ref.segment, ref.offset)
         tensors = []
-        for ref in reply.get("outputs") or ():
+        for ref in as_refs(reply.get("outputs")):
             tensors.append(pb_utils.Tensor(ref.name, view_tensor(self.segments, ref).copy()))
             self.release_server_block(ref.segment, ref.offset)
         error = reply.get("error")

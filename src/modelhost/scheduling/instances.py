@@ -58,6 +58,7 @@ class Worker:
         self.instance = instance
         self.requests = instance if isinstance(instance, RequestLevelInstance) else None
         self.batches = None if isinstance(instance, RequestLevelInstance) else instance
+        self.spare = False
         # One thread per instance: an instance is never entered by two threads at once. A request-level instance
         # (a python model's stub process) is driven from the event loop and needs none.
         self.thread = (
@@ -86,7 +87,9 @@ class RequestLevelInstance(Protocol):
 
     name: str
 
-    async def execute_jobs(self, jobs: list[Job]) -> list[Arrays | BaseException]: ...
+    def submit(self, jobs: list[Job], done: Callable[[JobOutcomes], None]) -> None:
+        """Start the jobs; call `done` (on the event loop) with one outcome per job, in order."""
+        ...
 
     def close(self) -> None: ...
 
@@ -96,9 +99,17 @@ JobOutcomes = list[Arrays | BaseException]
 
 class InstancePool:
     def __init__(self, instances: list[ModelInstance] | list[RequestLevelInstance]) -> None:
+        # An instance may take a next job while it runs one (a python stub, which runs them one after the
+        # other): a worker per place in its pipeline, so the next job is already there when the first ends.
+        # These spare workers are used only when every instance already has a job: a job never waits behind
+        # another on one instance while a second instance sits idle.
         self._workers = [Worker(i) for i in instances]
+        self._spares = [Worker(i) for i in instances for _ in range(getattr(i, "pipeline_depth", 1) - 1)]
+        for spare in self._spares:
+            spare.spare = True
         self.request_level = bool(self._workers) and self._workers[0].requests is not None
         self._idle: list[Worker] = list(reversed(self._workers))
+        self._idle_spares: list[Worker] = list(reversed(self._spares))
         # FIFO of callers waiting for an instance: a batcher's acquire() or a queued job.
         self._waiters: collections.deque[asyncio.Future[Worker] | _QueuedJob] = collections.deque()
         self._runs = 0
@@ -130,8 +141,8 @@ class InstancePool:
 
     async def acquire(self) -> Worker:
         """The next idle instance (waiting in FIFO order for one); hand it to `run` or back to `release`."""
-        if self._idle and not self._waiters:
-            return self._idle.pop()
+        if (self._idle or self._idle_spares) and not self._waiters:
+            return self._pop_idle()
         waiter: asyncio.Future[Worker] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -161,7 +172,10 @@ class InstancePool:
             if not waiter.done():
                 waiter.set_result(worker)
                 return
-        self._idle.append(worker)
+        (self._idle_spares if worker.spare else self._idle).append(worker)
+
+    def _pop_idle(self) -> Worker:
+        return self._idle.pop() if self._idle else self._idle_spares.pop()
 
     def _inline(self, job: Job) -> bool:
         return self.runs_inline and sum(a.nbytes for a in job.inputs.values()) <= INLINE_MAX_INPUT_BYTES
@@ -223,40 +237,39 @@ class InstancePool:
 
     def start_jobs(self, worker: Worker, jobs: list[Job], result: asyncio.Future[JobOutcomes]) -> None:
         """Run requests on a request-level instance; `result` gets one outcome per job, in order."""
-        asyncio.get_running_loop().create_task(self._run_jobs(worker, jobs, result))
-
-    async def _run_jobs(self, worker: Worker, jobs: list[Job], result: asyncio.Future[JobOutcomes]) -> None:
         assert worker.requests is not None
         started = time.perf_counter_ns()
-        try:
-            outcomes = await worker.requests.execute_jobs(jobs)
-        except Exception as e:  # the instance failed as a whole: every request gets its error
-            outcomes = [e] * len(jobs)
-        finally:
-            self.release(worker)
-        elapsed = time.perf_counter_ns() - started
-        for job in jobs:
-            job.timing.infer_ns = elapsed
-        if not result.done():
-            result.set_result(outcomes)
+
+        def done(outcomes: JobOutcomes) -> None:
+            self.release(worker)  # first: the next queued job goes out at once
+            elapsed = time.perf_counter_ns() - started
+            for job in jobs:
+                job.timing.infer_ns = elapsed
+            if not result.done():
+                result.set_result(outcomes)
+
+        worker.requests.submit(jobs, done)
 
     async def execute(self, job: Job) -> Arrays:
         """The default scheduler: each request alone, on the first idle instance."""
         result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
         queued = time.perf_counter_ns()
-        if self._idle and not self._waiters:
-            self.start(self._idle.pop(), job, result, queued)
+        if (self._idle or self._idle_spares) and not self._waiters:
+            self.start(self._pop_idle(), job, result, queued)
         else:
             self._waiters.append(_QueuedJob(job, result, queued))
         return await result
 
     def close(self) -> None:
-        for worker in self._workers:
-            worker.close()
+        closed: set[int] = set()
+        for worker in self._workers + self._spares:
+            if id(worker.instance) not in closed:
+                closed.add(id(worker.instance))
+                worker.close()
 
     @property
     def instances(self) -> list[ModelInstance | RequestLevelInstance]:
-        return [w.instance for w in self._workers]
+        return list({id(w.instance): w.instance for w in self._workers}.values())
 
 
 def _first_outcome(outcomes: asyncio.Future[JobOutcomes], result: asyncio.Future[Arrays]) -> None:
