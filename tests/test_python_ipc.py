@@ -13,6 +13,7 @@ from modelhost.python_backend.ipc import (
     Arena,
     FrameReader,
     SegmentMap,
+    as_refs,
     deserialize_bytes,
     encode,
     put_tensor,
@@ -65,15 +66,13 @@ def test_segments_are_removed_on_close() -> None:
     ],
 )
 def test_tensors_cross_through_shared_memory(arena: Arena, array: np.ndarray) -> None:
-    ref = put_tensor(arena, "T", array)
+    [ref] = as_refs([put_tensor(arena, "T", array)])  # as a message carries it: a plain tuple
     segments = SegmentMap()
-    try:
-        back = view_tensor(segments, ref)
-        assert back.shape == array.shape
-        assert back.tolist() == array.tolist()
-    finally:
-        del back
-        segments.close()
+    back = view_tensor(segments, ref)
+    assert back.shape == array.shape
+    assert back.tolist() == array.tolist()
+    del back
+    segments.close()
 
 
 def test_bytes_elements_keep_triton_layout() -> None:
