@@ -358,10 +358,27 @@ def test_honoured_backend_config() -> None:
     }
 
 
+def test_python_backend_settings_are_taken() -> None:
+    options = parse_serve_args(
+        [
+            "--backend-config=python,shm-default-byte-size=4194304",
+            "--backend-config=python,stub-timeout-seconds=10",
+            "--backend-config=python,shm-region-prefix-name=myprefix_",
+        ]
+    )
+    assert options.backend_config["python"] == {
+        "shm-default-byte-size": "4194304",
+        "stub-timeout-seconds": "10",
+        "shm-region-prefix-name": "myprefix_",
+    }
+    with pytest.raises(CliError, match="must be a name without spaces"):
+        parse_serve_args(["--backend-config=python,shm-region-prefix-name=a/b"])
+
+
 @pytest.mark.parametrize(
     "setting",
     [
-        "python,shm-default-byte-size=1048576",
+        "python,thread-pool-size=4",
         "onnxruntime,enable-global-threadpool=1",
         "tensorrt,coalesce-request-input=true",
         "some-global-setting=1",

@@ -13,11 +13,18 @@ LOG_FORMATS = ("default", "ISO8601")
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
 
 # --backend-config settings honoured today, by backend ("" = the global settings that apply to every backend).
-# Values are all non-negative integers; the python backend's settings come with the python backend.
+# Values are non-negative integers, but for the names in TEXT_BACKEND_CONFIG.
 HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
     "": ("default-max-batch-size",),
     "onnxruntime": ("default-max-batch-size", "intra_op_thread_count", "inter_op_thread_count"),
+    "python": (
+        "shm-default-byte-size",
+        "shm-growth-byte-size",
+        "stub-timeout-seconds",
+        "shm-region-prefix-name",
+    ),
 }
+TEXT_BACKEND_CONFIG = frozenset({"shm-region-prefix-name"})
 
 
 def parse_address(text: str) -> str:
@@ -143,6 +150,11 @@ def _backend_config_problems(config: dict[str, dict[str, str]]) -> list[str]:
             where = f"{backend},{key}" if backend else key
             if honoured is None or key not in honoured:
                 problems.append(f"--backend-config {where} is not supported yet")
+            elif key in TEXT_BACKEND_CONFIG:
+                if not value or "/" in value or any(c.isspace() for c in value):
+                    problems.append(
+                        f"--backend-config {where} must be a name without spaces or '/', got {value!r}"
+                    )
             elif not value.isdigit():
                 problems.append(f"--backend-config {where} must be an integer 0 or more, got {value!r}")
     return problems

@@ -5,6 +5,7 @@ says so."""
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import shutil
@@ -56,8 +57,19 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run
         "--load-model=*",
         "--exit-on-error=false",
         "--strict-readiness=false",
+        f"--backend-config=python,shm-region-prefix-name={SHM_PREFIX}",
     ) as running:
         yield running
+    leftovers = [n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)]
+    assert leftovers == [], "shared memory left behind after the server stopped"
+
+
+SHM_PREFIX = f"mh_e2e_{os.getpid()}_"
+
+
+def test_tensors_travel_in_shared_memory_with_the_configured_prefix(api: Api) -> None:
+    api.infer("add_sub", INPUT0=fp32(1, 2, 3, 4).reshape(1, 4), INPUT1=fp32(1, 1, 1, 1).reshape(1, 4))
+    assert any(n.startswith(SHM_PREFIX) for n in os.listdir("/dev/shm"))
 
 
 @pytest.fixture(scope="module")
