@@ -132,19 +132,14 @@ class Server:
         started = time.perf_counter_ns()
         try:
             response, timing = await model.infer(request)
-        except ModelhostError as e:
-            stats.failed(time.perf_counter_ns() - started, e.failure_reason)
-            raise
-        except BaseException:
-            stats.failed(time.perf_counter_ns() - started, "CANCELED")
+        except BaseException as e:
+            stats.failed(time.perf_counter_ns() - started, _failure_reason(e))
             raise
         else:
             stats.succeeded(time.perf_counter_ns() - started, timing)
             return response
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._drained.set()
+            self._leave()
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """The responses of one request of a stream (several for a decoupled model), each marked final or not."""
@@ -163,19 +158,19 @@ class Server:
         try:
             async for response in model.infer_stream(request):
                 yield response
-        except ModelhostError as e:
-            stats.failed(time.perf_counter_ns() - started, e.failure_reason)
-            raise
-        except BaseException:
-            stats.failed(time.perf_counter_ns() - started, "CANCELED")
+        except BaseException as e:
+            stats.failed(time.perf_counter_ns() - started, _failure_reason(e))
             raise
         else:
             # Where a decoupled request spent its time is not broken down (queue, compute): only its total.
             stats.succeeded(time.perf_counter_ns() - started, RequestTiming())
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._drained.set()
+            self._leave()
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._drained.set()
 
     @property
     def in_flight(self) -> int:
@@ -193,3 +188,8 @@ class Server:
     def close(self) -> None:
         self.live = False
         self.registry.close()
+
+
+def _failure_reason(error: BaseException) -> str:
+    """The `reason` label of a failed request: the error's own, or CANCELED when the caller went away."""
+    return error.failure_reason if isinstance(error, ModelhostError) else "CANCELED"

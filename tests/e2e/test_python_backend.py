@@ -432,6 +432,15 @@ def test_stream_square(stream: Stream) -> None:
     assert stream.take(4) == [StreamReply("sq", {"OUT": [3]}, False)] * 3 + [StreamReply("sq", {}, True)]
 
 
+def test_stream_of_many_responses_to_one_request(stream: Stream) -> None:
+    # Far more responses than the server returns shared-memory blocks per message: the stub's memory is handed
+    # back during the stream, not only with the next request.
+    stream.send("square_decoupled", "many", empty_final=True, IN=np.array([500], dtype=np.int32))
+    replies = stream.take(501)
+    assert replies[:-1] == [StreamReply("many", {"OUT": [500]}, False)] * 500
+    assert replies[-1] == StreamReply("many", {}, True)
+
+
 def test_stream_send_after_final_raises_inside_the_model(stream: Stream) -> None:
     stream.send("send_after_final", "s1", empty_final=True, INPUT0=fp32(1))
     stream.send("send_after_final", "s2", empty_final=True, INPUT0=fp32(2))

@@ -134,6 +134,8 @@ class _StubProtocol(asyncio.Protocol):
 
 
 _stub_numbers = itertools.count(1)
+# Blocks of a stub's memory we are done with, sent back with our next message; past this many, at once.
+_FREES_PER_MESSAGE = 64
 
 
 def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[bytes], socket.socket, str]:
@@ -490,6 +492,11 @@ class PythonInstance:
             view = view_tensor(stub.segments, ref)
             arrays[ref.name] = view if ref.datatype == "BYTES" else view.copy()
             stub.frees.append((ref.segment, ref.offset))
+        if len(stub.frees) >= _FREES_PER_MESSAGE:
+            # A long stream of responses and no request to carry the frees back: send them on their own, so the
+            # stub's memory stays bounded.
+            with contextlib.suppress(StubFailed):
+                self._send(stub, {"op": "free"})
         error = response.get("error")
         if error is not None:
             message, code = error

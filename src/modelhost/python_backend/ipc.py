@@ -8,7 +8,7 @@ place. The receiver tells the sender when a block may be reused (`free` lists th
 each side only ever allocates and frees in its own arena: no cross-process allocator, no locks shared between
 processes.
 
-This module is imported by the stub process too: numpy and the standard library only.
+This module is imported by the stub process too: numpy, the standard library and modelhost.datatypes only.
 """
 
 from __future__ import annotations
@@ -25,30 +25,18 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from modelhost.datatypes import WIRE_TO_NUMPY
+
 _FRAME = struct.Struct("<I")
 _LEN = struct.Struct("<I")
 ALIGN = 64  # every block starts on a cache line
 SHM_DIR = "/dev/shm"
 
-# KServe datatype <-> numpy dtype for what crosses the process boundary (BYTES: object arrays of bytes).
-DTYPES: dict[str, np.dtype[Any]] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-    "BF16": np.dtype(np.uint16),
+# KServe datatype <-> numpy dtype (BYTES: object arrays of bytes, BF16: raw uint16 words).
+DTYPES = WIRE_TO_NUMPY
+_DATATYPE_OF: dict[np.dtype[Any], str] = {
+    dtype: name for name, dtype in DTYPES.items() if name not in ("BF16", "BYTES")
 }
-
-
-_DATATYPE_OF: dict[np.dtype[Any], str] = {dtype: name for name, dtype in DTYPES.items() if name != "BF16"}
 
 
 def datatype_of(array: npt.NDArray[Any]) -> str | None:

@@ -148,7 +148,9 @@ class Stub:
         for segment, offset in message.pop("free", ()):
             self.arena.free(segment, offset)
         op = message["op"]
-        if op == "cancel":
+        if op == "free":
+            pass  # only its free list, handled above
+        elif op == "cancel":
             self._cancelled.add(message["key"])
         elif op == "reply":
             self._answer(message)
