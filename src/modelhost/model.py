@@ -274,7 +274,10 @@ class LoadedModel:
             while True:
                 item = await sink.get()
                 if item.error is not None:
-                    raise item.error
+                    if item.final:
+                        raise item.error
+                    yield InferenceResponse(self.name, self.version_str, request.id, [], {}, item.error)
+                    continue
                 if item.outputs is not None:
                     response = self._response(request, job, item.outputs)
                     response.parameters[FINAL_RESPONSE] = item.final

@@ -61,6 +61,8 @@ class InferenceResponse:
     id: str
     outputs: list[Tensor]
     parameters: Parameters = field(default_factory=dict)
+    # A decoupled model's error response in the middle of a stream (the request goes on); None otherwise.
+    error: BaseException | None = None
 
 
 __all__ = [

@@ -432,6 +432,12 @@ def test_stream_square(stream: Stream) -> None:
     assert stream.take(4) == [StreamReply("sq", {"OUT": [3]}, False)] * 3 + [StreamReply("sq", {}, True)]
 
 
+def test_stream_error_in_the_middle_of_a_request_lets_it_go_on(stream: Stream) -> None:
+    stream.send("error_midstream", "mid", empty_final=True, IN=np.array([7], dtype=np.int32))
+    assert stream.next().error == "first one failed"
+    assert stream.take(2) == [StreamReply("mid", {"OUT": [7]}, False), StreamReply("mid", {}, True)]
+
+
 def test_stream_of_many_responses_to_one_request(stream: Stream) -> None:
     # Far more responses than the server returns shared-memory blocks per message: the stub's memory is handed
     # back during the stream, not only with the next request.

@@ -199,6 +199,9 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
                 # is sent only when the request asks for it, as Triton does.
                 empty_final = core.parameters.get(EMPTY_FINAL_RESPONSE) is True
                 async for response in self.server.infer_stream(core):
+                    if response.error is not None:  # an error response; the request goes on
+                        answers.put_nowait((response.error, False))
+                        continue
                     if response.outputs or empty_final:
                         answer = service_pb2.ModelStreamInferResponse(
                             infer_response=encode_response(response)

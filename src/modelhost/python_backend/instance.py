@@ -592,7 +592,8 @@ class PythonInstance:
                 )
             if message["decoupled"]:
                 async for response in server.infer_stream(request):
-                    self._send_bls_reply(stub, reply_id, response.outputs, None, final=False)
+                    error = response.error if isinstance(response.error, ModelhostError) else None
+                    self._send_bls_reply(stub, reply_id, response.outputs, error, final=False)
                 self._send_bls_reply(stub, reply_id, [], None, final=True)
             else:
                 response = await server.infer(request)
