@@ -294,6 +294,14 @@ class LoadedModel:
             if self._in_flight == 0 and self._idle is not None:
                 self._idle.set()
 
+    async def ready(self) -> bool:
+        """Healthy, and ready by the model's own account where it has one (a python model's `is_ready()`)."""
+        for instance in self.pool.instances:
+            check = getattr(instance, "check_ready", None)
+            if check is not None and not await check():
+                return False
+        return self.healthy
+
     @property
     def healthy(self) -> bool:
         """Every instance can serve (a python model's stub may be restarting)."""

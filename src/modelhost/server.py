@@ -67,6 +67,14 @@ class Server:
             return False
         return model.healthy
 
+    async def model_ready_checked(self, name: str, version: str = "") -> bool:
+        """Model readiness for the ready endpoints: also asks a python model's own `is_ready()`."""
+        try:
+            model = self.registry.get(name, version)
+        except ModelhostError:
+            return False
+        return await model.ready()
+
     def decoupled(self, name: str, version: str = "") -> bool:
         return self.registry.get(name, version).decoupled
 

@@ -230,6 +230,16 @@ def test_two_instances_run_in_parallel(server: RunningServer) -> None:
     assert both < 1.5 * single
 
 
+def test_the_models_own_is_ready_decides_model_readiness(
+    http: httpclient.InferenceServerClient, grpc_client: grpcclient.InferenceServerClient
+) -> None:
+    assert not http.is_model_ready("not_ready_yet")
+    assert not grpc_client.is_model_ready("not_ready_yet")
+    Api("http", httpclient, http).infer("not_ready_yet", INPUT0=fp32(1))
+    assert http.is_model_ready("not_ready_yet")
+    assert grpc_client.is_model_ready("not_ready_yet")
+
+
 def test_auto_complete_config_is_served(
     http: httpclient.InferenceServerClient, grpc_client: grpcclient.InferenceServerClient
 ) -> None:

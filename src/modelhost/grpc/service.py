@@ -74,7 +74,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
     async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def run() -> Any:
             version = parse_model_version(request.version)
-            return service_pb2.ModelReadyResponse(ready=self.server.model_ready(request.name, version))
+            ready = await self.server.model_ready_checked(request.name, version)
+            return service_pb2.ModelReadyResponse(ready=ready)
 
         return await _answer(context, f"readiness of '{request.name}'", run)
 

@@ -131,9 +131,8 @@ class HttpRoutes:
         if action == "":
             return _json(server.model_metadata(name, version))
         if action == "ready":
-            return (
-                _ok() if server.model_ready(name, version) else error_response(400, "Model version not ready")
-            )
+            ready = await server.model_ready_checked(name, version)
+            return _ok() if ready else error_response(400, "Model version not ready")
         if action == "config":
             return _json(server.model_config_json(name, version))
         if action in ("generate", "generate_stream"):

@@ -49,6 +49,7 @@ from modelhost.types import InferenceRequest, RequestedOutput, Tensor
 log = logging.getLogger("modelhost.python")
 
 FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
+READY_CHECK_TIMEOUT_S = 5.0
 
 # pb_utils.TritonError codes (Triton's enum order) <-> modelhost's errors.
 _ERRORS_BY_CODE: dict[int, type[ModelhostError]] = {
@@ -231,6 +232,8 @@ class PythonInstance:
         }
         self._ids = itertools.count(1)
         self._stub_id = 0
+        self._has_is_ready = False
+        self._ready_checks: dict[int, asyncio.Future[bool]] = {}
         self._healthy = threading.Event()
         self._restart: asyncio.Task[None] | None = None
         self._failure: str | None = None
@@ -268,6 +271,7 @@ class PythonInstance:
             if reply.get("error"):
                 # Triton's reason, which names the file and line in the model that failed.
                 raise StubFailed(f"Internal: {reply['error']}")
+            self._has_is_ready = bool(reply.get("has_is_ready"))
         except BaseException:
             self._kill(stub)
             raise
@@ -340,6 +344,10 @@ class PythonInstance:
             if message.get("error"):
                 log.error("finalize of model instance '%s' failed: %s", self.name, message["error"])
             stub.finalized.set()
+        elif op == "ready_done":
+            check = self._ready_checks.pop(message["id"], None)
+            if check is not None and not check.done():
+                check.set_result(bool(message["ready"]))
         elif op == "bls_cancel":
             pass  # a decoupled BLS stream the model stopped reading: its remaining responses are dropped
 
@@ -707,6 +715,23 @@ class PythonInstance:
         return self._stub
 
     # -- is_ready and close ------------------------------------------------------------------------------------
+
+    async def check_ready(self) -> bool:
+        """The model's own `is_ready()` (when it has one), asked in its process, 5 s at most (as Triton)."""
+        if not self.healthy:
+            return False
+        if not self._has_is_ready:
+            return True
+        check_id = next(self._ids)
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._ready_checks[check_id] = future
+        try:
+            self._send(self._stub, {"op": "is_ready", "id": check_id})
+            return await asyncio.wait_for(future, READY_CHECK_TIMEOUT_S)
+        except (TimeoutError, StubFailed):
+            return False
+        finally:
+            self._ready_checks.pop(check_id, None)
 
     def close(self) -> None:
         """Finalize the model and end its stub (from a worker thread: blocking)."""

@@ -224,7 +224,7 @@ class Stub:
         except BaseException as e:
             self.channel_send({"op": "init_done", "error": error_text(e)})
             return
-        self.channel_send({"op": "init_done", "error": None})
+        self.channel_send({"op": "init_done", "error": None, "has_is_ready": hasattr(self.model, "is_ready")})
 
     def on_auto_complete(self, message: dict[str, Any]) -> None:
         try:
@@ -281,7 +281,7 @@ class Stub:
             ready = True if check is None else bool(self._call(check))
         except BaseException:
             ready = False
-        self.channel_send({"op": "ready_done", "ready": ready})
+        self.channel_send({"op": "ready_done", "id": message["id"], "ready": ready})
 
     def on_finalize(self, message: dict[str, Any]) -> None:
         finalize = getattr(self.model, "finalize", None)
