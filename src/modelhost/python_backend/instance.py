@@ -106,6 +106,8 @@ class StubFailed(InternalError):
 class _Stub:
     """One stub process and the memory and messages that live and die with it."""
 
+    number: int  # unique in this server: names its shared memory and its metrics
+    prefix: str  # of its shared-memory files
     process: subprocess.Popen[bytes]
     sock: socket.socket
     arena: Arena
@@ -231,7 +233,6 @@ class PythonInstance:
             "model_name": ctx.model_name,
         }
         self._ids = itertools.count(1)
-        self._stub_id = 0
         self._has_is_ready = False
         self._ready_checks: dict[int, asyncio.Future[bool]] = {}
         self._healthy = threading.Event()
@@ -250,10 +251,12 @@ class PythonInstance:
     # -- starting a stub (blocking: a loading thread, or a worker thread during a restart) ---------------------
 
     def _start_stub(self) -> _Stub:
-        self._stub_id = next(_stub_numbers)
+        number = next(_stub_numbers)
         settings = self.settings
-        process, sock, prefix = spawn_stub(settings, self._stub_id)
+        process, sock, prefix = spawn_stub(settings, number)
         stub = _Stub(
+            number,
+            prefix,
             process,
             sock,
             Arena(prefix + "p_", settings.shm_default_byte_size, settings.shm_growth_byte_size),
@@ -301,11 +304,11 @@ class PythonInstance:
         stub.sock.close()
         stub.segments.close()
         stub.arena.close()
-        self._unlink_stub_segments()
+        self._unlink_stub_segments(stub)
 
-    def _unlink_stub_segments(self) -> None:
+    def _unlink_stub_segments(self, stub: _Stub) -> None:
         """The stub's own shared memory, left behind when it dies without cleaning up."""
-        prefix = f"{self.settings.shm_region_prefix_name}{os.getpid()}_{self._stub_id}_s_"
+        prefix = stub.prefix + "s_"
         with contextlib.suppress(OSError):
             for name in os.listdir(ipc.SHM_DIR):
                 if name.startswith(prefix):
@@ -366,12 +369,12 @@ class PythonInstance:
                 metrics.register_family(message["name"], message["description"], message["kind"])
             elif op == "metric":
                 metrics.register(
-                    self._stub_id, message["metric"], message["family"], message["labels"], message["buckets"]
+                    stub.number, message["metric"], message["family"], message["labels"], message["buckets"]
                 )
             elif op == "metric_update":
-                metrics.update(self._stub_id, message["metric"], message["update"], message["value"])
+                metrics.update(stub.number, message["metric"], message["update"], message["value"])
             else:
-                value = metrics.value(self._stub_id, message["metric"])
+                value = metrics.value(stub.number, message["metric"])
                 self._send(stub, {"op": "reply", "id": message["id"], "value": value})
         except ModelhostError as e:
             log.error("model instance '%s': %s", self.name, e)
@@ -688,7 +691,7 @@ class PythonInstance:
         stub.sinks.clear()
         for task in stub.tasks:
             task.cancel()
-        self.ctx.services.custom_metrics.forget_stub(self._stub_id)
+        self.ctx.services.custom_metrics.forget_stub(stub.number)
         self._kill(stub)
         self._restart = asyncio.get_running_loop().create_task(self._restart_stub())
 
