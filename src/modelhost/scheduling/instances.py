@@ -194,9 +194,7 @@ class InstancePool:
         if queued_ns:
             job.timing.queue_ns = time.perf_counter_ns() - queued_ns
         if worker.requests is not None:
-            single: asyncio.Future[JobOutcomes] = asyncio.get_running_loop().create_future()
-            single.add_done_callback(lambda f: _first_outcome(f, result))
-            self.start_jobs(worker, [job], single)
+            self._submit(worker, [job], lambda outcomes: _first_outcome(outcomes, result))
             return
         if self._inline(job):
             try:
@@ -237,6 +235,9 @@ class InstancePool:
 
     def start_jobs(self, worker: Worker, jobs: list[Job], result: asyncio.Future[JobOutcomes]) -> None:
         """Run requests on a request-level instance; `result` gets one outcome per job, in order."""
+        self._submit(worker, jobs, lambda outcomes: None if result.done() else result.set_result(outcomes))
+
+    def _submit(self, worker: Worker, jobs: list[Job], answer: Callable[[JobOutcomes], None]) -> None:
         assert worker.requests is not None
         started = time.perf_counter_ns()
 
@@ -245,8 +246,7 @@ class InstancePool:
             elapsed = time.perf_counter_ns() - started
             for job in jobs:
                 job.timing.infer_ns = elapsed
-            if not result.done():
-                result.set_result(outcomes)
+            answer(outcomes)
 
         worker.requests.submit(jobs, done)
 
@@ -272,10 +272,10 @@ class InstancePool:
         return list({id(w.instance): w.instance for w in self._workers}.values())
 
 
-def _first_outcome(outcomes: asyncio.Future[JobOutcomes], result: asyncio.Future[Arrays]) -> None:
+def _first_outcome(outcomes: JobOutcomes, result: asyncio.Future[Arrays]) -> None:
     if result.done():
         return
-    outcome = outcomes.result()[0]
+    outcome = outcomes[0]
     if isinstance(outcome, BaseException):
         result.set_exception(outcome)
     else:
