@@ -302,7 +302,7 @@ class FrameReader:
 
 
 class BlockingChannel:
-    """The stub's end: blocking sends from any thread (one at a time), and a reader loop for one thread."""
+    """The stub's end: blocking sends from any thread (one at a time), and reads by its main thread."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -320,13 +320,3 @@ class BlockingChannel:
         if not data:
             return None
         return self._reader.feed(data)
-
-    def receive(self) -> list[dict[str, Any]]:
-        """The next messages; [] once the other side has closed."""
-        while True:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                return []
-            messages = self._reader.feed(data)
-            if messages:
-                return messages

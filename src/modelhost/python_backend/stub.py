@@ -2,10 +2,12 @@
 
     python -m modelhost.python_backend.stub <socket fd> <shm prefix> <shm default bytes> <shm growth bytes>
 
-Threads: the main thread runs the model (initialize, execute, finalize) one call at a time, in the order the
-server sends them; a reader thread takes every message off the socket, hands work to the main thread and answers
-the model's own waits (BLS results, metric values) directly; an event loop thread runs `async def execute` and
-`async_exec`. The process ends when the server closes its end of the socket.
+Threads: the main thread reads the socket and runs the model (initialize, execute, finalize) one call at a time,
+in the order the server sends them. A hand-off to a reader thread cost more than a small model's execute, so
+there is none: when the model waits (a BLS result, a metric value, a coroutine, `is_cancelled()`), the main
+thread reads the socket itself meanwhile. An event loop thread runs `async def execute` and `async_exec`; the
+model's own threads wait for their replies while the main thread reads them. The process ends when the server
+closes its end of the socket, or after finalize.
 """
 
 from __future__ import annotations
