@@ -29,15 +29,28 @@ def arena() -> Iterator[Arena]:
     a.close()
 
 
-def test_blocks_are_reused_after_free_and_coalesce(arena: Arena) -> None:
-    first = arena.alloc(1000)
-    second = arena.alloc(1000)
-    assert first != second
-    arena.free(*first)
-    arena.free(*second)
-    assert arena.in_use() == 0
-    # The two freed neighbours merged: a block of both their sizes fits where they were.
-    assert arena.alloc(2000) == first
+def test_large_blocks_are_reused_after_free_and_coalesce() -> None:
+    arena = Arena(f"modelhost_test_big_{os.getpid()}_", 1 << 20, 1 << 20)
+    try:
+        first = arena.alloc(100_000)
+        second = arena.alloc(100_000)
+        assert first != second
+        arena.free(*first)
+        arena.free(*second)
+        assert arena.in_use() == 0
+        # The two freed neighbours merged: a block of both their sizes fits where they were.
+        assert arena.alloc(200_000) == first
+    finally:
+        arena.close()
+
+
+def test_small_blocks_are_reused_by_size(arena: Arena) -> None:
+    block = arena.alloc(1000)
+    arena.free(*block)
+    assert arena.alloc(900) == block  # the same 1 KiB size class
+    other = arena.alloc(1000)
+    assert other != block
+    assert arena.in_use() == 2048
 
 
 def test_a_block_larger_than_a_segment_gets_a_segment_of_its_own(arena: Arena) -> None:

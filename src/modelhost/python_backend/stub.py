@@ -208,7 +208,13 @@ class Stub:
             while True:
                 while self._deferred and not self._busy:
                     self.handle(self._deferred.pop(0))
-                self._pump()
+                # Idle: nothing but the socket can need us (no coroutine of ours is waited for), so a plain
+                # blocking read, one system call per message instead of select() and read.
+                messages = self.channel.receive_once()
+                if messages is None:
+                    raise _ServerGone
+                for message in messages:
+                    self.handle(message)
         except _ServerGone:
             return
 
