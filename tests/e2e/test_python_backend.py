@@ -240,6 +240,23 @@ def test_the_models_own_is_ready_decides_model_readiness(
     assert grpc_client.is_model_ready("not_ready_yet")
 
 
+def test_dynamically_batched_requests_each_get_their_own_answer(server: RunningServer) -> None:
+    # auto_complete's config has dynamic batching: concurrent requests reach execute together, as a list.
+    def one(i: int) -> list[list[float]]:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            rows = np.array([[i, i + 0.5]] * (1 + i % 3), dtype=np.float32)
+            result = Api("http", httpclient, client).infer("auto_complete", INPUT0=rows)
+            return result.as_numpy("OUTPUT0").tolist()
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(24)))
+    for i, answer in enumerate(answers):
+        assert answer == [[2 * i, 2 * i + 1]] * (1 + i % 3)
+
+
 def test_auto_complete_config_is_served(
     http: httpclient.InferenceServerClient, grpc_client: grpcclient.InferenceServerClient
 ) -> None:
