@@ -62,10 +62,13 @@ class Unsupported(ModelhostError):
 
 
 class DecoupledModel(Unsupported):
-    """A decoupled model asked for one response: each frontend words it as Triton does."""
+    """A decoupled model asked for one response. Triton's HTTP wording by default; gRPC ModelInfer rewords it."""
 
     http_message = "HTTP end point doesn't support models with decoupled transaction policy"
     grpc_message = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+    def __init__(self, message: str = http_message) -> None:
+        super().__init__(message)
 
 
 class AlreadyExists(ModelhostError):

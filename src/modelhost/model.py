@@ -207,13 +207,16 @@ class LoadedModel:
         try:
             return await self._infer(request)
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0 and self._idle is not None:
-                self._idle.set()
+            self._leave()
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
 
     async def _infer(self, request: InferenceRequest) -> tuple[InferenceResponse, RequestTiming]:
         if self.decoupled:
-            raise DecoupledModel(DecoupledModel.http_message)
+            raise DecoupledModel()
         job = self._job(request)
         try:
             if self.batcher is not None:
@@ -265,12 +268,16 @@ class LoadedModel:
         `triton_final_response` parameter: an empty response when the model ends without one)."""
         self._in_flight += 1
         sink = ResponseSink()
+        running: asyncio.Future[Arrays] | None = None
         try:
             job = self._job(request, sink)
-            if self.batcher is not None:
-                await self.batcher.execute(job, request.priority, request.timeout_us)
-            else:
-                await self.pool.execute(job)
+            # The execution runs on while its responses are taken: a decoupled model sends them during execute.
+            running = asyncio.ensure_future(
+                self.batcher.execute(job, request.priority, request.timeout_us)
+                if self.batcher is not None
+                else self.pool.execute(job)
+            )
+            running.add_done_callback(lambda done: _end_on_failure(done, sink))
             while True:
                 item = await sink.get()
                 if item.error is not None:
@@ -290,9 +297,9 @@ class LoadedModel:
                     return
         finally:
             sink.cancel()  # the client went away before the end: the model hears of it
-            self._in_flight -= 1
-            if self._in_flight == 0 and self._idle is not None:
-                self._idle.set()
+            if running is not None and not running.done():
+                running.cancel()  # still queued: it leaves the queue (once running, the model was told above)
+            self._leave()
 
     async def ready(self) -> bool:
         """Healthy, and ready by the model's own account where it has one (a python model's `is_ready()`)."""
@@ -316,3 +323,10 @@ class LoadedModel:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _end_on_failure(execution: asyncio.Future[Arrays], sink: ResponseSink) -> None:
+    """A decoupled execution that failed (rejected while queued, execute raised, the instance died) ends its
+    request with that error, unless the model had already sent its final response."""
+    if not execution.cancelled() and execution.exception() is not None:
+        sink.put(None, execution.exception(), final=True)

@@ -297,6 +297,16 @@ def test_bls_into_a_decoupled_model_iterates_its_responses(api: Api) -> None:
     assert result.as_numpy("COUNT").tolist() == [3]
 
 
+def test_a_cancelled_decoupled_bls_stream_ends(http: httpclient.InferenceServerClient) -> None:
+    # 50 responses 20 ms apart take 1 s. Responses reach the caller while the called model's execute still runs,
+    # and the caller cancels after the first, so its request is answered at once. (HTTP only: the called model
+    # ignores the cancellation and keeps its one instance busy for that second.)
+    began = time.monotonic()
+    result = Api("http", httpclient, http).infer("bls_cancel", IN=np.array([50], dtype=np.int32))
+    assert result.as_numpy("FIRST").tolist() == [0]
+    assert time.monotonic() - began < 0.8
+
+
 def test_bls_onnx_calls_an_onnx_model(api: Api) -> None:
     result = api.infer("bls_onnx", INPUT0=np.array([[1, 2, 3, 4]], dtype=np.int32))
     assert result.as_numpy("OUTPUT0").tolist() == [[4, 6, 8, 10]]

@@ -14,7 +14,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from modelhost.errors import DecoupledModel, ModelhostError, Unsupported
 from modelhost.grpc.codec import decode_request, encode_response, parse_model_version
-from modelhost.model import EMPTY_FINAL_RESPONSE, FINAL_RESPONSE
+from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
 
 log = logging.getLogger("modelhost.grpc")
@@ -190,14 +190,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         async def run(request: Any) -> None:
             try:
                 core = decode_request(request)
-                if not self.server.decoupled(core.model_name, core.model_version):
-                    response = await self.server.infer(core)
-                    response.parameters[FINAL_RESPONSE] = True  # as Triton marks every answer of a stream
-                    answer = encode_response(response)
-                    answers.put_nowait((service_pb2.ModelStreamInferResponse(infer_response=answer), True))
-                    return
-                # A decoupled model: 0..N responses, the last one marked final; a final response without outputs
-                # is sent only when the request asks for it, as Triton does.
+                # 0..N responses (exactly one for a model that is not decoupled), each marked final or not; a
+                # final response without outputs is sent only when the request asks for it, as Triton does.
                 empty_final = core.parameters.get(EMPTY_FINAL_RESPONSE) is True
                 async for response in self.server.infer_stream(core):
                     if response.error is not None:  # an error response; the request goes on

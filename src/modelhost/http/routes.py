@@ -9,7 +9,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from modelhost.errors import DecoupledModel, InternalError, InvalidArgument, ModelhostError
+from modelhost.errors import InternalError, InvalidArgument, ModelhostError
 from modelhost.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
 from modelhost.http.infer_codec import DecodedInfer, decode_json_request, decode_raw_request, encode_response
 from modelhost.http.protocol import HttpRequest, HttpResponse, error_response
@@ -233,10 +233,7 @@ class HttpRoutes:
             decoded = await asyncio.to_thread(self._decode, request, name, version)
         else:
             decoded = self._decode(request, name, version)
-        try:
-            response = await self.server.infer(decoded.request)
-        except DecoupledModel as e:
-            raise DecoupledModel(e.http_message) from None
+        response = await self.server.infer(decoded.request)  # a decoupled model: Triton's HTTP refusal
         if sum(t.data.size for t in response.outputs) > _LARGE_OUTPUT_ELEMENTS:
             return await asyncio.to_thread(self._encode, name, response, decoded)
         return self._encode(name, response, decoded)

@@ -21,7 +21,7 @@ _ids = itertools.count(1_000_000)  # apart from the instances' stub numbers
 
 def autocomplete_python(config: Any, model_dir: Path, settings: StubSettings | None = None) -> None:
     """Complete `config` in place from the model's `auto_complete_config` (the newest version's model file)."""
-    filename = config.default_model_filename or "model.py"
+    filename = config.default_model_filename  # filled in ("model.py") before auto-complete runs
     files = [
         d / filename for d in reversed(version_directories(model_dir).values()) if (d / filename).is_file()
     ]

@@ -48,7 +48,6 @@ class CustomMetrics:
     def __init__(self) -> None:
         self._families: dict[str, _Family] = {}
         self._by_stub: dict[tuple[int, int], _Metric] = {}
-        self._kind_of: dict[int, str] = {}  # id(metric) -> kind
         self._lock = threading.Lock()
 
     def register_family(self, name: str, description: str, kind: str) -> None:
@@ -80,7 +79,6 @@ class CustomMetrics:
                     metric.bucket_counts = [0] * len(metric.buckets)
                 family.metrics[key] = metric
             self._by_stub[(stub, metric_id)] = metric
-            self._kind_of[id(metric)] = family.kind
 
     def update(self, stub: int, metric_id: int, op: str, value: float) -> None:
         with self._lock:

@@ -117,7 +117,8 @@ class _Stub:
     frees: list[tuple[str, int]] = field(default_factory=list)
     executing: dict[int, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
     sinks: dict[int, ResponseSink] = field(default_factory=dict)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # The model's BLS and model-control calls being served, by the id of their message.
+    tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     finalized: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
 
@@ -341,8 +342,9 @@ class PythonInstance:
         elif op in ("bls", "control"):
             handler = self._on_bls if op == "bls" else self._on_control
             task = asyncio.get_running_loop().create_task(handler(stub, message))
-            stub.tasks.add(task)
-            task.add_done_callback(stub.tasks.discard)
+            task_id: int = message["id"]
+            stub.tasks[task_id] = task
+            task.add_done_callback(lambda _: stub.tasks.pop(task_id, None))
         elif op == "finalized":
             if message.get("error"):
                 log.error("finalize of model instance '%s' failed: %s", self.name, message["error"])
@@ -351,8 +353,10 @@ class PythonInstance:
             check = self._ready_checks.pop(message["id"], None)
             if check is not None and not check.done():
                 check.set_result(bool(message["ready"]))
-        elif op == "bls_cancel":
-            pass  # a decoupled BLS stream the model stopped reading: its remaining responses are dropped
+        elif op == "bls_cancel":  # the model cancelled a decoupled BLS stream: the called model hears of it
+            bls = stub.tasks.get(message["id"])
+            if bls is not None:
+                bls.cancel()
 
     def _on_log(self, message: dict[str, Any]) -> None:
         level = {"INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR}.get(
@@ -567,28 +571,12 @@ class PythonInstance:
     # -- BLS and model control: the model calling the server ---------------------------------------------------
 
     async def _on_bls(self, stub: _Stub, message: dict[str, Any]) -> None:
+        """Run a model's BLS request through the server. Whatever happens, the model gets a final reply (an
+        error one, if need be): a model waiting for a reply that never comes would hang its instance."""
         server = self.ctx.services.server
-        refs = as_refs(message["inputs"])
+        reply_id, model = message["id"], message["model"]
         try:
-            inputs = [
-                Tensor(ref.name, ref.datatype, list(ref.shape), _owned(view_tensor(stub.segments, ref)))
-                for ref in refs
-            ]
-        finally:
-            stub.frees.extend((ref.segment, ref.offset) for ref in refs)
-        parameters = message["parameters"]
-        request = InferenceRequest(
-            model_name=message["model"],
-            model_version=message["version"],
-            id=message["request_id"],
-            inputs=inputs,
-            outputs=[RequestedOutput(name) for name in message["outputs"]],
-            parameters=json.loads(parameters) if isinstance(parameters, str) and parameters else {},
-            timeout_us=int(message["timeout"] or 0),
-        )
-        reply_id = message["id"]
-        model = message["model"]
-        try:
+            request = self._bls_request(stub, message)
             if server is None:
                 raise Unavailable("BLS is not available: the model runs outside a server")
             if not server.model_ready(model, request.model_version):
@@ -603,19 +591,47 @@ class PythonInstance:
                 )
             if message["decoupled"]:
                 async for response in server.infer_stream(request):
-                    error = response.error if isinstance(response.error, ModelhostError) else None
-                    self._send_bls_reply(stub, reply_id, response.outputs, error, final=False)
+                    midway = response.error if isinstance(response.error, ModelhostError) else None
+                    self._send_bls_reply(stub, reply_id, response.outputs, midway, final=False)
                 self._send_bls_reply(stub, reply_id, [], None, final=True)
             else:
                 response = await server.infer(request)
                 self._send_bls_reply(stub, reply_id, response.outputs, None, final=True)
-        except StubFailed:
-            pass  # the stub went away meanwhile
+            return
+        except asyncio.CancelledError:  # the model cancelled its decoupled BLS stream, or its stub went away
+            error: ModelhostError = Cancelled(f"the BLS request to model '{model}' was cancelled")
         except ModelhostError as e:
-            # Triton's wording: the model called, then what went wrong; returned to the model, never raised.
-            wrapped = type(e)(f"Model {model} - Error when running inference: {e}")
-            with contextlib.suppress(StubFailed):
-                self._send_bls_reply(stub, reply_id, [], wrapped, final=True)
+            error = e
+        except Exception as e:  # a fault of ours: still an answer for the model, and a trace in the log
+            log.exception("BLS request of model instance '%s' to '%s' failed", self.name, model)
+            error = InternalError(f"{type(e).__name__}: {e}")
+        # Triton's wording: the model called, then what went wrong; returned to the model, never raised.
+        wrapped = type(error)(f"Model {model} - Error when running inference: {error}")
+        with contextlib.suppress(StubFailed):  # only if our own stub has gone meanwhile
+            self._send_bls_reply(stub, reply_id, [], wrapped, final=True)
+
+    def _bls_request(self, stub: _Stub, message: dict[str, Any]) -> InferenceRequest:
+        """The request a BLS message describes, its inputs copied out of the stub's memory (freed at once)."""
+        refs = as_refs(message["inputs"])
+        try:
+            inputs = [
+                Tensor(ref.name, ref.datatype, list(ref.shape), _owned(view_tensor(stub.segments, ref)))
+                for ref in refs
+            ]
+        finally:
+            stub.frees.extend((ref.segment, ref.offset) for ref in refs)
+        parameters = json.loads(message["parameters"] or "{}")
+        if not isinstance(parameters, dict):
+            raise InvalidArgument("BLS request parameters must be a JSON object")
+        return InferenceRequest(
+            model_name=message["model"],
+            model_version=message["version"],
+            id=message["request_id"],
+            inputs=inputs,
+            outputs=[RequestedOutput(name) for name in message["outputs"]],
+            parameters=parameters,
+            timeout_us=int(message["timeout"] or 0),
+        )
 
     def _send_bls_reply(
         self, stub: _Stub, reply_id: int, outputs: list[Tensor], error: ModelhostError | None, final: bool
@@ -654,6 +670,9 @@ class PythonInstance:
                 result = server.model_ready(name, str(kwargs.get("model_version") or ""))
         except ModelhostError as e:
             error = str(e)
+        except Exception as e:  # still an answer: the model waits for one
+            log.exception("model control request of model instance '%s' failed", self.name)
+            error = f"{type(e).__name__}: {e}"
         with contextlib.suppress(StubFailed):
             self._send(stub, {"op": "reply", "id": message["id"], "result": result, "error": error})
 
@@ -689,7 +708,7 @@ class PythonInstance:
         for sink in stub.sinks.values():
             sink.put(None, error, final=True)
         stub.sinks.clear()
-        for task in stub.tasks:
+        for task in list(stub.tasks.values()):
             task.cancel()
         self.ctx.services.custom_metrics.forget_stub(stub.number)
         self._kill(stub)
