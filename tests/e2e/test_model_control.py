@@ -147,8 +147,12 @@ def test_grpc_load_and_unload(
 
 
 def test_unload_of_a_model_never_loaded_succeeds(client: httpclient.InferenceServerClient) -> None:
+    # As Triton: 200 and nothing changes (tritonclient raises on any other status).
     client.unload_model("never_valid")
     client.unload_model("no_such_model")
+    assert index_of(client, "never_valid") == [{"name": "never_valid"}]
+    assert index_of(client, "no_such_model") == []
+    assert client.is_server_ready()
 
 
 # --- overrides
