@@ -20,6 +20,8 @@ from typing import IO, Any
 
 import boto3
 
+from e2e.server_process import free_ports
+
 # Dummy credentials moto accepts; anything signed with them is accepted.
 TEST_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -42,12 +44,6 @@ OTHER_AWS_ENV = (
     "AWS_WEB_IDENTITY_TOKEN_FILE",
     "AWS_ROLE_ARN",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def aws_test_env(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -81,7 +77,7 @@ def _wait_until_answering(
 @contextlib.contextmanager
 def moto_server(timeout: float = 30) -> Iterator[str]:
     """Runs moto's S3 on a free local port and yields its endpoint URL (http://127.0.0.1:PORT)."""
-    port = free_port()
+    [port] = free_ports(1)
     command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     # moto logs every request: into a file, since a pipe nobody reads would fill up and stall the server.
     with tempfile.TemporaryFile() as log:

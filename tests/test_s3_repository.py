@@ -13,11 +13,12 @@ from typing import Any, BinaryIO
 
 import pytest
 
+from e2e.server_process import free_ports
 from modelhost.repository import mirror
 from modelhost.repository.layout import model_directories
 from modelhost.repository.s3 import S3Location, S3Repository, parse_s3_url
 from modelhost.repository.sources import RepositoryError, open_repository
-from s3_server import OTHER_AWS_ENV, TEST_AWS_ENV, free_port, moto_server, s3_client, upload_directory
+from s3_server import OTHER_AWS_ENV, TEST_AWS_ENV, moto_server, s3_client, upload_directory
 
 PREFIX = "models/prod"
 
@@ -449,7 +450,7 @@ def test_unreachable_endpoint_fails_fast_and_keeps_the_mirror(
     root = S3Repository(repository_url(endpoint, bucket)).sync()
     age(root)
     before = mtimes(root)
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"  # nothing listens there
     started = time.monotonic()
     with pytest.raises(RepositoryError, match=f"cannot reach {dead}"):
         S3Repository(repository_url(dead, bucket)).sync()

@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """Ports free now, all different: the sockets are held open together while the OS picks, since ports picked
+    one after the other can come back the same once each socket is closed."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 @dataclass
@@ -67,7 +71,7 @@ def start_server(
     env: dict[str, str] | None = None,
 ) -> RunningServer:
     """`env`, when given, is the server's whole environment (PYTHONUNBUFFERED added); else this process's."""
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     command = [sys.executable, "-m", "modelhost", "serve"]
     command += [f"--model-repository={r}" for r in repositories]
     command += [f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
