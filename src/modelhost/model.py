@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_spe
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.scheduling.instances import InstancePool, Job
 from modelhost.scheduling.responses import ResponseSink
+from modelhost.scheduling.sequence_batcher import SequenceBatcher, server_fed_inputs
 from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
@@ -36,6 +37,18 @@ _BATCH_NOTE = (
 )
 
 
+class Scheduler(Protocol):
+    """What stands between a model's requests and its instances (a batcher), or in place of them (an ensemble)."""
+
+    async def execute(self, job: Job, priority: int, timeout_us: int) -> Arrays: ...
+
+    def queued(self) -> int: ...
+
+
+class Ensemble(Scheduler, Protocol):
+    def ready(self) -> bool: ...
+
+
 def request_prefix(request: InferenceRequest) -> str:
     return id_prefix(request.id)
 
@@ -46,7 +59,16 @@ def _name_list(names: Iterable[str]) -> str:
 
 
 class LoadedModel:
-    def __init__(self, name: str, version: int, config: Any, model_dir: Path, pool: InstancePool) -> None:
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        config: Any,
+        model_dir: Path,
+        pool: InstancePool,
+        ensemble: Ensemble | None = None,
+    ) -> None:
+        """`ensemble`: for an ensemble, what runs its steps (the pool is then empty)."""
         self.name = name
         self.version = version
         self.version_str = str(version)
@@ -54,7 +76,10 @@ class LoadedModel:
         self.model_dir = model_dir
         self.pool = pool
         self.max_batch_size = int(config.max_batch_size)
-        self.inputs: dict[str, TensorSpec] = input_specs(config)
+        # Control and implicit-state inputs of a sequence model are the server's to feed: a client neither needs
+        # nor may send them (Triton: "unexpected inference input"), even where the config lists them as inputs.
+        fed = server_fed_inputs(config)
+        self.inputs: dict[str, TensorSpec] = {n: s for n, s in input_specs(config).items() if n not in fed}
         self.outputs: dict[str, TensorSpec] = output_specs(config)
         self.required_inputs = [n for n, s in self.inputs.items() if not s.optional]
         self.all_output_names = list(self.outputs)
@@ -65,7 +90,14 @@ class LoadedModel:
         # The scheduler in front of the instances (scheduling/): a request alone on an idle instance, or batched.
         # Triton accepts dynamic_batching on a non-batching model and does not batch it; neither do we.
         batching = config.HasField("dynamic_batching") and self.max_batch_size > 0
-        self.batcher = DynamicBatcher(pool, config, self.stats) if batching else None
+        self.ensemble = ensemble
+        self.batcher: Scheduler | None = None
+        if ensemble is not None:
+            self.batcher = ensemble
+        elif config.HasField("sequence_batching"):  # with or without batching: sequences need their slots
+            self.batcher = SequenceBatcher(pool, config, self.stats, model_dir)
+        elif batching:
+            self.batcher = DynamicBatcher(pool, config, self.stats)
         batcher = self.batcher
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
@@ -228,7 +260,8 @@ class LoadedModel:
                 job.on_cancel()
             raise
         response = self._response(request, job, results)
-        if self.batcher is None:  # a batcher records its own executions
+        # A batcher records its own executions; an ensemble counts as one execution per request, as in Triton.
+        if self.batcher is None or self.ensemble is not None:
             timing = job.timing
             self.stats.executed(job.batch_size, timing.input_ns, timing.infer_ns, timing.output_ns)
         return response, job.timing
@@ -302,7 +335,10 @@ class LoadedModel:
             self._leave()
 
     async def ready(self) -> bool:
-        """Healthy, and ready by the model's own account where it has one (a python model's `is_ready()`)."""
+        """Healthy, and ready by the model's own account where it has one (a python model's `is_ready()`);
+        an ensemble, when every composing model is."""
+        if self.ensemble is not None:
+            return self.ensemble.ready()
         for instance in self.pool.instances:
             check = getattr(instance, "check_ready", None)
             if check is not None and not await check():
@@ -311,7 +347,9 @@ class LoadedModel:
 
     @property
     def healthy(self) -> bool:
-        """Every instance can serve (a python model's stub may be restarting)."""
+        """Every instance can serve (a python model's stub may be restarting); an ensemble's composing models."""
+        if self.ensemble is not None:
+            return self.ensemble.ready()
         return all(getattr(i, "healthy", True) for i in self.pool.instances)
 
     async def drained(self) -> None:
@@ -322,6 +360,8 @@ class LoadedModel:
             await self._idle.wait()
 
     def close(self) -> None:
+        if isinstance(self.batcher, SequenceBatcher):
+            self.batcher.close()  # frees the slots and states of sequences still open
         self.pool.close()
 
 

@@ -16,10 +16,13 @@ import numpy.typing as npt
 ParamValue = bool | int | float | str
 Parameters = dict[str, ParamValue]
 
-# Request parameters the server itself interprets (Triton's reserved names); never passed on as custom ones.
-RESERVED_PARAMETERS = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
-)
+# Triton's reserved request parameters that the frontends turn into request fields and leave out of
+# `InferenceRequest.parameters`.
+RESERVED_PARAMETERS = frozenset({"priority", "timeout", "binary_data_output", "headers"})
+# Triton's reserved sequence parameters (`sequence_id`, `sequence_start`, `sequence_end`) stay in `parameters`:
+# the sequence batcher reads them there (scheduling/sequence_batcher.py `sequence_params`), an ensemble hands
+# them on to its steps, and a python model sees them as correlation_id() and flags(), not in parameters().
+SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
 
 
 @dataclass(slots=True)
@@ -67,6 +70,7 @@ class InferenceResponse:
 
 __all__ = [
     "RESERVED_PARAMETERS",
+    "SEQUENCE_PARAMETERS",
     "InferenceRequest",
     "InferenceResponse",
     "ParamValue",

@@ -44,7 +44,8 @@ from modelhost.python_backend import ipc
 from modelhost.python_backend.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
 from modelhost.scheduling.instances import Job
 from modelhost.scheduling.responses import ResponseSink
-from modelhost.types import InferenceRequest, RequestedOutput, Tensor
+from modelhost.scheduling.sequence_batcher import SEQUENCE_END, SEQUENCE_START, sequence_params
+from modelhost.types import SEQUENCE_PARAMETERS, InferenceRequest, RequestedOutput, Tensor
 
 log = logging.getLogger("modelhost.python")
 
@@ -474,16 +475,23 @@ class PythonInstance:
         parameters = (
             {}
             if request is None
-            else {k: v for k, v in request.parameters.items() if not k.startswith("triton_")}
+            else {
+                k: v
+                for k, v in request.parameters.items()
+                if not k.startswith("triton_") and k not in SEQUENCE_PARAMETERS
+            }
         )
+        # Triton hands every request its correlation id and flags, sequence model or not; they are not among
+        # the request's parameters() there.
+        correlation_id, flags = sequence_params(request)
         return {
             "key": key,
             "model_version": self.ctx.version,
             "inputs": inputs,
             "outputs": list(job.output_names),
             "request_id": "" if request is None else request.id,
-            "correlation_id": 0,
-            "flags": 0,
+            "correlation_id": correlation_id,
+            "flags": flags,
             "timeout": 0 if request is None else request.timeout_us,
             "parameters": json.dumps(parameters) if parameters else "{}",
         }
@@ -623,6 +631,14 @@ class PythonInstance:
         parameters = json.loads(message["parameters"] or "{}")
         if not isinstance(parameters, dict):
             raise InvalidArgument("BLS request parameters must be a JSON object")
+        # A stateful BLS request (correlation_id and flags) reaches the sequence batcher as a client's would.
+        correlation_id, flags = message.get("correlation_id", 0), int(message.get("flags") or 0)
+        if correlation_id not in (0, ""):
+            parameters["sequence_id"] = correlation_id
+        if flags & SEQUENCE_START:
+            parameters["sequence_start"] = True
+        if flags & SEQUENCE_END:
+            parameters["sequence_end"] = True
         return InferenceRequest(
             model_name=message["model"],
             model_version=message["version"],

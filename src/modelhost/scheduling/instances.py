@@ -112,6 +112,9 @@ class InstancePool:
         self._idle_spares: list[Worker] = list(reversed(self._spares))
         # FIFO of callers waiting for an instance: a batcher's acquire() or a queued job.
         self._waiters: collections.deque[asyncio.Future[Worker] | _QueuedJob] = collections.deque()
+        # Callers waiting for one particular instance (a sequence batcher: a sequence's requests all run on the
+        # instance that holds its state); served before the FIFO above when that instance frees up.
+        self._pinned: dict[int, collections.deque[asyncio.Future[Worker]]] = {}
         self._runs = 0
         self._typical_ns = 0.0  # moving average of execution CPU times
         self._inline_now = False
@@ -154,8 +157,36 @@ class InstancePool:
                 self._waiters.remove(waiter)
             raise
 
+    @property
+    def workers(self) -> list[Worker]:
+        """One worker per instance (spares left out), in instance order."""
+        return list(self._workers)
+
+    async def acquire_worker(self, worker: Worker) -> Worker:
+        """That instance once it is idle; hand it to `start`/`start_jobs` or back to `release`."""
+        waiters = self._pinned.setdefault(id(worker), collections.deque())
+        if worker in self._idle and not waiters:
+            self._idle.remove(worker)
+            return worker
+        waiter: asyncio.Future[Worker] = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(waiter.result())
+            elif waiter in waiters:
+                waiters.remove(waiter)
+            raise
+
     def release(self, worker: Worker) -> None:
         """Give the instance to the first live waiter, or back to the idle stack."""
+        pinned = self._pinned.get(id(worker))
+        while pinned:
+            claimant = pinned.popleft()
+            if not claimant.done():
+                claimant.set_result(worker)
+                return
         while self._waiters:
             waiter = self._waiters.popleft()
             if isinstance(waiter, _QueuedJob):
