@@ -19,13 +19,22 @@ import enum
 import logging
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from modelhost.backends.base import BackendContext, BackendServices, ModelInstance, backend_for
-from modelhost.config import complete_model_config, config_from_json, load_model_config
+from modelhost.config import (
+    complete_model_config,
+    config_from_json,
+    config_path,
+    load_model_config,
+    read_config,
+)
+from modelhost.config.normalize import is_ensemble
+from modelhost.ensemble.plan import EnsemblePlan
+from modelhost.ensemble.scheduler import EnsembleScheduler
 from modelhost.errors import InvalidArgument, ModelConfigError, ModelhostError, NotFound, Unavailable
 from modelhost.gpu_memory import GpuMemory
 from modelhost.memory import release_free_memory
@@ -121,6 +130,17 @@ def _instance_plan(config: Any, gpu_count: int) -> list[tuple[Any, int, int]]:
     return plan
 
 
+def _fault_as_error(build: Callable[..., LoadedModel], *args: Any) -> LoadedModel:
+    """A fault while building a model version fails that version only, with the fault as its reason."""
+    try:
+        return build(*args)
+    except ModelhostError:
+        raise
+    except Exception as e:
+        log.exception("failed to build model '%s'", args[0])
+        raise ModelhostError(f"{type(e).__name__}: {e}") from e
+
+
 class ModelRegistry:
     def __init__(
         self, sources: list[RepositorySource], settings: LoadSettings, mode: ControlMode = "none"
@@ -133,6 +153,8 @@ class ModelRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._load_slots = asyncio.Semaphore(max(1, settings.load_threads))
         self._retiring: set[asyncio.Task[None]] = set()
+        # Ensembles unloaded because a composing model went: loaded again once all their models serve again.
+        self._orphans: set[str] = set()
         # What backends may use of the running server (python models call other models); set by the app.
         self.services = BackendServices()
 
@@ -195,6 +217,7 @@ class ModelRegistry:
                         f"failed to load '{name}': the model repository cannot be read: {e}"
                     ) from e
             await self._load(name, self.scan(), override)
+        await self._reload_orphans()
 
     async def unload(self, name: str) -> None:
         """Stop serving every version of a model; each closes once its in-flight requests are answered."""
@@ -203,6 +226,8 @@ class ModelRegistry:
             entry = self.models.get(name)
             if entry is not None:
                 self._unload(entry)
+            self._orphans.discard(name)
+        await self._unload_dependents(name)
 
     async def poll(self) -> None:
         """One poll of poll mode: load new and changed models, unload removed ones."""
@@ -218,11 +243,16 @@ class ModelRegistry:
                         log.info("model '%s' was removed from the repository", name)
                         self._unload(entry)
                         entry.seen = None
+                        gone.append(name)
                     return
                 if entry is None or entry.seen != await self._look(dirs):
                     await self._load_quietly(name, scanned)
 
+        gone: list[str] = []
         await asyncio.gather(*(one(n) for n in sorted(set(scanned) | set(self.models))))
+        for name in gone:
+            await self._unload_dependents(name)
+        await self._reload_orphans()
 
     async def poll_forever(self, interval_s: float) -> None:
         while True:
@@ -294,7 +324,9 @@ class ModelRegistry:
             if override is None:
                 entry.seen = seen
             config = await asyncio.to_thread(self._read_config, model_dir, override)
-            backend = backend_for(config)
+            backend = None if is_ensemble(config) else backend_for(config)
+            if backend is None:
+                composing = await self._load_composing(name, config, scanned)
         except ModelhostError as e:
             if holder is not None:
                 holder.cleanup()
@@ -341,7 +373,12 @@ class ModelRegistry:
                 failures[version] = f"version {version} not found in {model_dir}"
             else:
                 try:
-                    model = await self._build(name, version, model_dir, config, backend)
+                    if backend is None:
+                        model = _fault_as_error(
+                            self._build_ensemble, name, version, model_dir, config, composing
+                        )
+                    else:
+                        model = await self._build(name, version, model_dir, config, backend)
                 except ModelhostError as e:
                     failures[version] = str(e)
                 else:
@@ -405,6 +442,117 @@ class ModelRegistry:
         entry.error = reason
         entry.versions = {}
         log.error("failed to load '%s': %s", entry.name, reason)
+
+    # -- ensembles ---------------------------------------------------------------------------------------------
+
+    async def _load_composing(self, name: str, config: Any, scanned: dict[str, list[Path]]) -> dict[str, Any]:
+        """Load the models an ensemble's steps name, where not already serving (as Triton does, in every
+        mode), and return their configs. A cycle of ensembles fails here rather than waiting on itself."""
+        cycle = self._ensemble_cycle(name, config, scanned)
+        if cycle:
+            raise ModelConfigError(f"circular dependency between ensembles: {' -> '.join(cycle)}")
+        configs: dict[str, Any] = {}
+        for step in config.ensemble_scheduling.step:
+            dependency = step.model_name
+            if dependency in configs:
+                continue
+            # Triton's words when a composing model cannot serve; then why, which Triton leaves to its log.
+            unavailable = f"ensemble {name} contains models that are not available or ambiguous: {dependency}"
+            if dependency not in scanned and dependency not in self.models:
+                raise ModelConfigError(unavailable)
+            async with self._lock(dependency):
+                entry = self.models.get(dependency)
+                if entry is None or not entry.serving():
+                    try:
+                        await self._load(dependency, scanned, None)
+                    except ModelhostError as e:
+                        raise ModelConfigError(f"{unavailable} ({e})") from e
+                entry = self.models[dependency]
+            configs[dependency] = entry.config
+        return configs
+
+    def _ensemble_cycle(self, name: str, config: Any, scanned: dict[str, list[Path]]) -> list[str]:
+        """The names along a cycle through `name` of ensembles naming each other, or [] (read from the config
+        files alone: the models on the cycle cannot be loaded to find out)."""
+
+        def steps_of(model: str) -> list[str]:
+            dirs = scanned.get(model, [])
+            path = config_path(dirs[0], self.settings.config_name) if len(dirs) == 1 else None
+            if path is None:
+                return []
+            try:
+                found = read_config(path, model)
+            except ModelhostError:
+                return []  # its own load reports it
+            return [s.model_name for s in found.ensemble_scheduling.step]
+
+        def walk(model: str, steps: list[str], path: list[str]) -> list[str]:
+            for step in steps:
+                if step == name:
+                    return [*path, model, step]
+                if step not in path and step != model:
+                    found = walk(step, steps_of(step), [*path, model])
+                    if found:
+                        return found
+            return []
+
+        return walk(name, [s.model_name for s in config.ensemble_scheduling.step], [])
+
+    def _build_ensemble(
+        self, name: str, version: int, model_dir: Path, config: Any, composing: dict[str, Any]
+    ) -> LoadedModel:
+        started = time.monotonic()
+        plan = EnsemblePlan(config, composing)
+        if plan.decoupled:  # Triton decides it from the steps, and shows it in the config
+            config.model_transaction_policy.decoupled = True
+        model = LoadedModel(
+            name,
+            version,
+            config,
+            model_dir,
+            InstancePool([]),
+            ensemble=EnsembleScheduler(plan, config, self.services),
+        )
+        model.stats.load_duration_s = time.monotonic() - started
+        log.info("successfully loaded '%s' version %d", name, version)
+        return model
+
+    async def _unload_dependents(self, name: str) -> None:
+        """An ensemble cannot serve without its composing models: unloading one unloads the ensembles using it,
+        as in Triton (with or without `unload_dependents`), until it is back."""
+        for dependent in self.dependents(name):
+            async with self._lock(dependent):
+                entry = self.models.get(dependent)
+                if entry is not None and entry.serving():
+                    log.info("unloading ensemble '%s': its composing model '%s' is unloaded", dependent, name)
+                    self._unload(entry)
+                    self._orphans.add(dependent)
+
+    async def _reload_orphans(self) -> None:
+        scanned: dict[str, list[Path]] | None = None
+        for name in sorted(self._orphans):
+            entry = self.models.get(name)
+            steps = [] if entry is None or entry.config is None else entry.config.ensemble_scheduling.step
+            if not all((m := self.models.get(s.model_name)) is not None and m.serving() for s in steps):
+                continue
+            self._orphans.discard(name)
+            scanned = self.scan() if scanned is None else scanned
+            async with self._lock(name):
+                await self._load_quietly(name, scanned)
+
+    def dependents(self, name: str) -> list[str]:
+        """The loaded ensembles with a step naming `name`, and those naming them, and so on."""
+        found: list[str] = []
+        todo = [name]
+        while todo:
+            current = todo.pop()
+            for entry in self.models.values():
+                if entry.name in found or not entry.serving() or not is_ensemble(entry.config):
+                    continue
+                if any(s.model_name == current for s in entry.config.ensemble_scheduling.step):
+                    found.append(entry.name)
+                    todo.append(entry.name)
+        return found
 
     async def _build(
         self, name: str, version: int, model_dir: Path, config: Any, backend: Any

@@ -120,18 +120,19 @@ class Server:
         await self.registry.load(name, None if override.empty else override)
 
     async def unload_model(self, name: str, parameters: dict[str, Any]) -> None:
-        """The repository extension's unload. `unload_dependents` is accepted: no model depends on another
-        until ensembles exist, so unloading a model never has dependents to unload."""
+        """The repository extension's unload. The ensembles using the model are unloaded with it whether or not
+        `unload_dependents` is set (as in Triton: they cannot serve without it), and come back with it."""
         self._check_explicit_mode()
-        dependents = parameters.get("unload_dependents", False)
-        if not isinstance(dependents, bool):
+        if not isinstance(parameters.get("unload_dependents", False), bool):
             raise InvalidArgument("unload parameter 'unload_dependents' must be a boolean")
         await self.registry.unload(name)
 
     # -- inference ---------------------------------------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        if not self.accepting:
+    async def infer(self, request: InferenceRequest, *, internal: bool = False) -> InferenceResponse:
+        """`internal`: a request an ensemble makes of a composing model for a request already accepted (it goes
+        on while the server drains)."""
+        if not (self.accepting or internal):
             raise Unavailable("Server is shutting down: no new inference requests are accepted")
         model = self.registry.get(request.model_name, request.model_version)
         stats = model.stats
@@ -149,13 +150,15 @@ class Server:
         finally:
             self._leave()
 
-    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+    async def infer_stream(
+        self, request: InferenceRequest, *, internal: bool = False
+    ) -> AsyncIterator[InferenceResponse]:
         """The responses of one request of a stream (several for a decoupled model), each marked final or not."""
-        if not self.accepting:
+        if not (self.accepting or internal):
             raise Unavailable("Server is shutting down: no new inference requests are accepted")
         model = self.registry.get(request.model_name, request.model_version)
         if not model.decoupled:
-            response = await self.infer(request)
+            response = await self.infer(request, internal=internal)
             response.parameters[FINAL_RESPONSE] = True
             yield response
             return

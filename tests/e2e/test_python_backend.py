@@ -10,11 +10,10 @@ import queue
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import grpc
@@ -23,15 +22,14 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
+from e2e.clients import Api, failure, fp32, poll
 from e2e.models import add_versioned_add
 from e2e.server_process import RunningServer, running_server
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 FAILING_TO_LOAD = ("import_error", "init_error")
-
-InferResult = httpclient.InferResult | grpcclient.InferResult
 
 
 @pytest.fixture(scope="module")
@@ -86,30 +84,6 @@ def grpc_client(server: RunningServer) -> Iterator[grpcclient.InferenceServerCli
     client.close()
 
 
-@dataclass
-class Api:
-    """One protocol: its tritonclient module and client, and how its errors read."""
-
-    name: str
-    module: ModuleType
-    client: Any  # httpclient.InferenceServerClient | grpcclient.InferenceServerClient
-
-    def inputs(self, **arrays: np.ndarray) -> list[Any]:
-        tensors = []
-        for name, array in arrays.items():
-            tensor = self.module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            tensors.append(tensor)
-        return tensors
-
-    def infer(self, model: str, **arrays: np.ndarray) -> InferResult:
-        return self.client.infer(model, self.inputs(**arrays))
-
-    def status(self, http_status: int, grpc_code: grpc.StatusCode) -> str:
-        """What InferenceServerException.status() says over this protocol: "500" or "StatusCode.INTERNAL"."""
-        return str(http_status) if self.name == "http" else str(grpc_code)
-
-
 @pytest.fixture(params=["http", "grpc"])
 def api(
     request: pytest.FixtureRequest,
@@ -119,25 +93,6 @@ def api(
     if request.param == "http":
         return Api("http", httpclient, http)
     return Api("grpc", grpcclient, grpc_client)
-
-
-def fp32(*values: float) -> np.ndarray:
-    return np.array(values, dtype=np.float32)
-
-
-def failure(call: Callable[[], object]) -> InferenceServerException:
-    with pytest.raises(InferenceServerException) as caught:
-        call()
-    return caught.value
-
-
-def poll(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 # --- plain models

@@ -1,0 +1,301 @@
+"""Runs one request through an ensemble: each step is a request to its composing model, sent as soon as the
+tensors it needs exist, so independent steps run concurrently.
+
+The scheduling follows Triton's ensemble scheduler:
+
+- Only the steps that the requested outputs depend on run (`EnsemblePlan.needed_steps`).
+- Tensors are numpy arrays passed from one step's response to the next step's request as they are: no copies.
+- A decoupled step's responses each start a new *iteration*: the steps downstream of it run once per response,
+  on that response's tensors, and every iteration that completes the requested outputs is one response of the
+  ensemble (which is then decoupled itself). A non-decoupled ensemble answers once.
+- A failed step fails the request with its error prefixed `in ensemble '<name>', `; steps already running are
+  let finish (their models count them), no new step starts.
+- `max_inflight_requests` bounds, per step and across all requests of the ensemble, how many requests to the
+  step's model are in flight; a decoupled producer's responses then wait for room downstream.
+- Steps are sent through the server (`services.server.infer`), so composing models keep their own statistics,
+  scheduling and version policy, and a composing model reloaded or unloaded is seen by the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from typing import Any
+
+from modelhost.backends.base import Arrays, BackendServices
+from modelhost.ensemble.plan import EnsemblePlan, Step
+from modelhost.errors import InvalidArgument, ModelhostError
+from modelhost.io_specs import input_specs, output_specs
+from modelhost.model import FINAL_RESPONSE
+from modelhost.scheduling.instances import Job
+from modelhost.scheduling.responses import ResponseSink
+from modelhost.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+# A tensor of the ensemble in one iteration: the tensor (None when its step did not produce it), and the batch
+# size it carries (0 when its producer does not batch).
+_Value = tuple[Tensor | None, int]
+
+
+def _dims_match(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape, strict=True))
+
+
+def fit_batch(array: Any, batch_size: int, dims: tuple[int, ...], batching: bool) -> Any:
+    """A tensor from a batching model fed to a non-batching one, or the other way round: add or drop the batch
+    dimension of 1 where the shape needs it (Triton's ReshapeTensorDims). A view, never a copy."""
+    if batching == (batch_size != 0):
+        return array
+    shape = tuple(array.shape)
+    if batching:
+        if _dims_match(dims, shape):
+            return array.reshape((1, *shape))
+    elif batch_size == 1 and not _dims_match(dims, shape):
+        return array.reshape(shape[1:])
+    return array
+
+
+def in_ensemble(name: str, error: BaseException) -> BaseException:
+    """The error of a step as the ensemble's: same kind, message prefixed; counted as reason OTHER, as Triton
+    counts ensemble failures."""
+    if not isinstance(error, ModelhostError):
+        error = ModelhostError(f"{type(error).__name__}: {error}")
+    prefixed = copy.copy(error)
+    prefixed.message = f"in ensemble '{name}', {error.message}"
+    prefixed.args = (prefixed.message,)
+    prefixed.failure_reason = "OTHER"
+    return prefixed
+
+
+class EnsembleScheduler:
+    def __init__(self, plan: EnsemblePlan, config: Any, services: BackendServices) -> None:
+        self.plan = plan
+        self.services = services
+        self.batching = config.max_batch_size > 0
+        self.input_types = {n: s.datatype for n, s in input_specs(config).items()}
+        self.output_dims = {n: s.dims for n, s in output_specs(config).items()}
+        self.limits = (
+            [asyncio.Semaphore(plan.max_inflight) for _ in plan.steps] if plan.max_inflight > 0 else None
+        )
+        self._running = 0
+
+    async def execute(self, job: Job, priority: int = 0, timeout_us: int = 0) -> Arrays:
+        """The requested outputs; for a decoupled ensemble, the responses go to `job.sink` and this returns {}
+        once the last is sent."""
+        started = time.perf_counter_ns()
+        self._running += 1
+        try:
+            return await _Run(self, job).run()
+        finally:
+            self._running -= 1
+            job.timing.infer_ns += time.perf_counter_ns() - started
+
+    def queued(self) -> int:
+        return 0  # requests wait in their composing models' queues, which count them
+
+    def running(self) -> int:
+        return self._running
+
+    def ready(self) -> bool:
+        """Every composing model serves (one unloaded makes the ensemble unable to answer)."""
+        server = self.services.server
+        return server is not None and all(
+            server.model_ready(step.model_name, step.model_version) for step in self.plan.steps
+        )
+
+
+class _Run:
+    """One request's way through the graph. Lives on the event loop: no locking."""
+
+    def __init__(self, scheduler: EnsembleScheduler, job: Job) -> None:
+        self.scheduler = scheduler
+        self.plan = scheduler.plan
+        self.job = job
+        self.request = job.request or InferenceRequest(scheduler.plan.name)
+        self.sink: ResponseSink | None = job.sink
+        self.requested = list(job.output_names)
+        self.needed = self.plan.needed_steps(self.requested)
+        self.values: dict[tuple[str, int], _Value] = {}
+        # How many more times each value will be read (by steps not yet started, and the response): freed at 0.
+        self.readers: dict[tuple[str, int], int] = {}
+        self.started: set[tuple[int, int]] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._decoupled_tasks: dict[asyncio.Task[None], bool] = {}
+        self.iterations = 0
+        self.answered: set[int] = set()
+        self.result: Arrays | None = None
+        self.error: BaseException | None = None
+        self.done: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
+
+    async def run(self) -> Arrays:
+        batch = self.job.batch_size if self.scheduler.batching else 0
+        types = self.scheduler.input_types
+        for name, array in self.job.inputs.items():
+            self._set(name, 0, Tensor(name, types[name], list(array.shape), array), batch)
+        self._advance([(name, 0) for name in self.job.inputs])
+        self._finish_if_idle()
+        try:
+            return await self.done
+        except asyncio.CancelledError:
+            for task in self.tasks:  # the caller went away: so do the requests made for it
+                task.cancel()
+            raise
+
+    # -- the graph -------------------------------------------------------------------------------------------
+
+    def _set(self, tensor: str, iteration: int, data: Tensor | None, batch: int) -> None:
+        key = (tensor, iteration)
+        readers = sum(1 for s in self.plan.consumers.get(tensor, ()) if s.index in self.needed)
+        readers += int(tensor in self.requested)
+        if readers:
+            self.values[key] = (data, batch)
+            self.readers[key] = readers
+
+    def _read(self, key: tuple[str, int]) -> _Value:
+        value = self.values[key]
+        self.readers[key] -= 1
+        if self.readers[key] == 0:
+            del self.values[key], self.readers[key]
+        return value
+
+    def _advance(self, updated: list[tuple[str, int]]) -> None:
+        """Start every step whose inputs now all exist, and answer every iteration now complete."""
+        for tensor, iteration in updated:
+            if self.error is not None:
+                return
+            for step in self.plan.consumers.get(tensor, ()):
+                key = (step.index, iteration)
+                if step.index not in self.needed or key in self.started:
+                    continue
+                if all((t, iteration) in self.values for t in step.inputs.values()):
+                    self.started.add(key)
+                    self._start(step, iteration)
+            if tensor in self.requested:
+                self._answer(iteration)
+
+    def _start(self, step: Step, iteration: int) -> None:
+        inputs: list[Tensor] = []
+        for model_input, tensor in step.inputs.items():
+            data, batch = self._read((tensor, iteration))
+            if data is None:
+                continue  # not produced upstream: left out, as an optional input is
+            array = fit_batch(data.data, batch, step.input_dims.get(model_input, ()), step.batching)
+            inputs.append(Tensor(model_input, data.datatype, list(array.shape), array))
+        request = self.request
+        step_request = InferenceRequest(
+            model_name=step.model_name,
+            model_version=step.model_version,
+            id=request.id,
+            inputs=inputs,
+            outputs=[RequestedOutput(o) for o, t in step.outputs.items() if self._wanted(t)],
+            parameters=request.parameters,
+            priority=request.priority,
+            timeout_us=request.timeout_us,
+        )
+        task = asyncio.get_running_loop().create_task(self._send(step, iteration, step_request))
+        self.tasks.add(task)
+        self._decoupled_tasks[task] = step.decoupled
+        task.add_done_callback(self._step_done)
+
+    def _wanted(self, tensor: str) -> bool:
+        """Whether this request reads the tensor: a step's other outputs are not asked of its model."""
+        return tensor in self.requested or any(
+            s.index in self.needed for s in self.plan.consumers.get(tensor, ())
+        )
+
+    async def _send(self, step: Step, iteration: int, request: InferenceRequest) -> None:
+        limits = self.scheduler.limits
+        limit = limits[step.index] if limits is not None else None
+        server = self.scheduler.services.server
+        if limit is not None:
+            await limit.acquire()
+        try:
+            if step.decoupled:
+                async for response in server.infer_stream(request, internal=True):
+                    if response.error is not None:
+                        raise response.error
+                    if response.outputs or not response.parameters.get(FINAL_RESPONSE, False):
+                        self.iterations += 1
+                        self._produced(step, self.iterations, response)
+                        await self._room_after(step)
+            else:
+                self._produced(step, iteration, await server.infer(request, internal=True))
+        finally:
+            if limit is not None:
+                limit.release()
+
+    async def _room_after(self, step: Step) -> None:
+        """Backpressure on a decoupled step: its next response is taken once the steps it feeds have room."""
+        limits = self.scheduler.limits
+        if limits is None:
+            return
+        for tensor in step.outputs.values():
+            for consumer in self.plan.consumers.get(tensor, ()):
+                limit = limits[consumer.index]
+                if limit.locked():
+                    await limit.acquire()
+                    limit.release()
+
+    def _produced(self, step: Step, iteration: int, response: InferenceResponse) -> None:
+        outputs = {t.name: t for t in response.outputs}
+        updated: list[tuple[str, int]] = []
+        for model_output, tensor in step.outputs.items():
+            out = outputs.get(model_output)
+            batch = (out.shape[0] if out.shape else 0) if out is not None and step.batching else 0
+            data = None if out is None else Tensor(tensor, out.datatype, out.shape, out.data)
+            self._set(tensor, iteration, data, batch)
+            updated.append((tensor, iteration))
+        self._advance(updated)
+
+    def _answer(self, iteration: int) -> None:
+        if iteration in self.answered or not all((t, iteration) in self.values for t in self.requested):
+            return
+        self.answered.add(iteration)
+        arrays: Arrays = {}
+        for tensor in self.requested:
+            data, batch = self._read((tensor, iteration))
+            if data is not None:  # a composing model that did not produce an output: left out, as in Triton
+                dims = self.scheduler.output_dims[tensor]
+                arrays[tensor] = fit_batch(data.data, batch, dims, self.scheduler.batching)
+        if self.sink is not None:
+            # Marked final when nothing else is running: the step answering now is the last one (a decoupled
+            # step still running may send more). Otherwise the end comes alone, once the last step is done.
+            self.sink.put(arrays, final=self._last_step_running())
+        else:
+            self.result = arrays
+
+    def _last_step_running(self) -> bool:
+        if len(self.tasks) != 1:
+            return False
+        (task,) = self.tasks
+        return task is asyncio.current_task() and not self._decoupled_tasks.get(task, False)
+
+    # -- the end ---------------------------------------------------------------------------------------------
+
+    def _step_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._decoupled_tasks.pop(task, None)
+        if not task.cancelled() and task.exception() is not None and self.error is None:
+            self.error = task.exception()
+        self._finish_if_idle()
+
+    def _finish_if_idle(self) -> None:
+        if self.tasks or self.done.done():
+            return
+        if self.error is not None:
+            self.done.set_exception(in_ensemble(self.plan.name, self.error))
+        elif self.sink is not None:
+            self.sink.put(None, final=True)
+            self.done.set_result({})
+        elif self.result is None:
+            self.done.set_exception(
+                InvalidArgument(
+                    f"in ensemble '{self.plan.name}', unexpected deadlock, at least one output is not set while "
+                    "no more ensemble steps can be made"
+                )
+            )
+        else:
+            self.done.set_result(self.result)
+
+
+__all__ = ["EnsembleScheduler", "fit_batch", "in_ensemble"]
