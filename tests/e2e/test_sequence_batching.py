@@ -26,8 +26,8 @@ SEQUENCE_MODELS = Path(__file__).parent / "sequence_models"
 def add_onnx_state_accumulator(repo: Path, name: str = "onnx_state_acc") -> None:
     """OUTPUT = INPUT + STATE_IN, STATE_OUT = the same: a running sum held by the server as implicit state.
 
-    STATE_IN is listed among the config's inputs too, since this server's ONNX Runtime backend wants every graph
-    input in the config; the sequence batcher still feeds it, and a client may not."""
+    As in Triton, the state input and output are graph tensors the config does not list: the sequence batcher
+    feeds STATE_IN, and a client may not."""
     int32 = TensorProto.INT32
     graph = helper.make_graph(
         [
@@ -48,8 +48,7 @@ def add_onnx_state_accumulator(repo: Path, name: str = "onnx_state_acc") -> None
     write_config(
         repo / name,
         'backend: "onnxruntime"\nmax_batch_size: 4\n'
-        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] },\n'
-        '        { name: "STATE_IN" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         "sequence_batching {\n"
         '  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]\n'

@@ -18,6 +18,7 @@ from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.devices import cpu_count
 from modelhost.errors import InternalError, InvalidArgument, ModelConfigError
 from modelhost.gpu_memory import check_load_limit, cuda_provider_options
+from modelhost.scheduling.sequence_batcher import server_fed_inputs
 
 _CONFIG_TYPE_NAMES = {v: k for k, v in ONNX_TO_CONFIG.items()}
 
@@ -210,7 +211,10 @@ def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
                     f"unable to load model '{ctx.model_name}', configuration expects datatype {expected} for "
                     f"{kind} '{tensor.name}', model provides {actual}"
                 )
-    required = [i.name for i in session.get_inputs() if i.name not in {t.name for t in ctx.config.input}]
+    # Control and implicit-state inputs of a sequence model are fed by the server: Triton does not ask the config
+    # to list them.
+    listed = {t.name for t in ctx.config.input} | server_fed_inputs(ctx.config)
+    required = [i.name for i in session.get_inputs() if i.name not in listed]
     if required:
         raise ModelConfigError(
             f"unable to load model '{ctx.model_name}', model input(s) {required} are missing from the configuration"
