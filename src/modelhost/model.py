@@ -19,6 +19,7 @@ from modelhost.errors import DecoupledModel, InvalidArgument
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.scheduling.instances import InstancePool, Job
+from modelhost.scheduling.ragged import RaggedBatching, execute_alone
 from modelhost.scheduling.responses import ResponseSink
 from modelhost.scheduling.sequence_batcher import SequenceBatcher, server_fed_inputs
 from modelhost.stats import ModelStats, RequestTiming
@@ -99,6 +100,12 @@ class LoadedModel:
         elif batching:
             self.batcher = DynamicBatcher(pool, config, self.stats)
         batcher = self.batcher
+        # Ragged inputs and batch inputs/outputs of a model run without a batcher (a batcher handles its own).
+        self.ragged = (
+            RaggedBatching(config)
+            if batcher is None and RaggedBatching.wanted(config) and not pool.request_level
+            else None
+        )
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
         self.stats.pending = (
@@ -253,6 +260,8 @@ class LoadedModel:
         try:
             if self.batcher is not None:
                 results = await self.batcher.execute(job, request.priority, request.timeout_us)
+            elif self.ragged is not None:
+                results = await execute_alone(self.ragged, self.pool, job)
             else:
                 results = await self.pool.execute(job)
         except asyncio.CancelledError:

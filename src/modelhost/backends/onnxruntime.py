@@ -211,9 +211,10 @@ def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
                     f"unable to load model '{ctx.model_name}', configuration expects datatype {expected} for "
                     f"{kind} '{tensor.name}', model provides {actual}"
                 )
-    # Control and implicit-state inputs of a sequence model are fed by the server: Triton does not ask the config
-    # to list them.
+    # Control and implicit-state inputs of a sequence model, and batch inputs, are fed by the server: Triton does
+    # not ask the config to list them.
     listed = {t.name for t in ctx.config.input} | server_fed_inputs(ctx.config)
+    listed |= {b.target_name[0] for b in ctx.config.batch_input if b.target_name}
     required = [i.name for i in session.get_inputs() if i.name not in listed]
     if required:
         raise ModelConfigError(

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from modelhost.backends.base import Arrays
-from modelhost.errors import Rejected
+from modelhost.errors import InternalError, Rejected
 from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes, Worker
+from modelhost.scheduling.ragged import RaggedBatching
 from modelhost.stats import ModelStats
 
 _TIMEOUT_MESSAGE = "Request timeout expired"
@@ -112,6 +113,10 @@ class DynamicBatcher:
         # preserve_ordering: the batches sent and not yet answered, in the order they were sent.
         self._in_order: collections.deque[_Running] = collections.deque()
         self._delay_env = _env_delay()
+        # Ragged inputs and batch inputs/outputs (scheduling/ragged.py), for models executing whole batches.
+        self.ragged = (
+            RaggedBatching(config) if RaggedBatching.wanted(config) and not pool.request_level else None
+        )
 
     # -- queueing ------------------------------------------------------------------------------------------
 
@@ -132,7 +137,8 @@ class DynamicBatcher:
             raise Rejected("Exceeds maximum queue size")
         loop = asyncio.get_running_loop()
         now = time.perf_counter_ns()
-        pending = Pending(job, batch_key(job.inputs), level_no, loop.create_future(), now)
+        key = batch_key(job.inputs) if self.ragged is None else self.ragged.key(job.inputs)
+        pending = Pending(job, key, level_no, loop.create_future(), now)
         timeout = level.policy.timeout_ns(timeout_us)
         if timeout:
             pending.deadline_ns = now + timeout
@@ -268,7 +274,9 @@ class DynamicBatcher:
         if self.pool.request_level:
             self._launch_requests(worker, batch, rows, started)
             return
-        if len(batch) == 1:
+        if self.ragged is not None:
+            inputs = self.ragged.compose([p.job.inputs for p in batch])
+        elif len(batch) == 1:
             inputs = batch[0].job.inputs
         else:
             names = batch[0].job.inputs
@@ -301,7 +309,17 @@ class DynamicBatcher:
     def _complete(self, running: _Running, result: asyncio.Future[Arrays]) -> None:
         split_started = time.perf_counter_ns()
         error = result.exception()
-        if error is None:
+        if error is None and self.ragged is not None:
+            try:
+                running.answers.extend(
+                    self.ragged.split(
+                        result.result(),
+                        [(p.job.inputs, p.job.batch_size, p.job.output_names) for p in running.batch],
+                    )
+                )
+            except InternalError as e:
+                error = e
+        elif error is None:
             outputs = result.result()
             offset = 0
             for pending in running.batch:
