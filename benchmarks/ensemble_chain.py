@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """An ensemble of two ONNX steps against a client that calls the same two models one after the other.
 
-The pipeline: the example `mlp` (FP32 [256] -> [10]) then `softmax10` (an ONNX Softmax over the 10 scores).
+The pipeline: a first step `mlp` (FP32 [256] -> [10]: the example MLP, or with `--first-step tiny` an ONNX
+model that only doubles the first 10 numbers, so that serving costs dominate) then `softmax10` (an ONNX Softmax
+over the 10 scores). `--batching-us N` gives the first step dynamic batching with that queue delay.
 Served by one modelhost; in each round, at each concurrency, the same asyncio HTTP/1.1 load generator (binary
 tensor extension, keep-alive connections, one process) runs closed loops that either
 
@@ -38,18 +40,50 @@ from servers import Ports, Server, server_command  # noqa: E402
 EXAMPLES = HERE.parent / "src" / "modelhost" / "examples"
 
 
-def build_repo(repo: Path) -> None:
-    shutil.copytree(EXAMPLES / "mlp", repo / "mlp")
+def _save(graph: onnx.GraphProto, path: Path) -> None:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True)
+    onnx.save(model, str(path))
+
+
+def build_repo(repo: Path, first_step: str = "mlp", batching_us: int | None = None) -> None:
+    if first_step == "mlp":
+        shutil.copytree(EXAMPLES / "mlp", repo / "mlp")
+    else:
+        fp32, i64 = TensorProto.FLOAT, TensorProto.INT64
+        graph = helper.make_graph(
+            [
+                helper.make_node("Slice", ["INPUT0", "starts", "ends", "axes"], ["head"]),
+                helper.make_node("Mul", ["head", "two"], ["OUTPUT0"]),
+            ],
+            "tiny",
+            [helper.make_tensor_value_info("INPUT0", fp32, ["batch", 256])],
+            [helper.make_tensor_value_info("OUTPUT0", fp32, ["batch", 10])],
+            initializer=[
+                helper.make_tensor("starts", i64, [1], [0]),
+                helper.make_tensor("ends", i64, [1], [10]),
+                helper.make_tensor("axes", i64, [1], [1]),
+                helper.make_tensor("two", fp32, [1], [2.0]),
+            ],
+        )
+        _save(graph, repo / "mlp" / "1" / "model.onnx")
+        (repo / "mlp" / "config.pbtxt").write_text(
+            'platform: "onnxruntime_onnx"\nmax_batch_size: 64\n'
+            'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 256 ] } ]\n'
+            'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 10 ] } ]\n'
+            "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+        )
+    if batching_us is not None:
+        with open(repo / "mlp" / "config.pbtxt", "a") as config:
+            config.write(f"dynamic_batching {{ max_queue_delay_microseconds: {batching_us} }}\n")
     graph = helper.make_graph(
         [helper.make_node("Softmax", ["SCORES"], ["PROBS"], axis=-1)],
         "softmax10",
         [helper.make_tensor_value_info("SCORES", TensorProto.FLOAT, ["batch", 10])],
         [helper.make_tensor_value_info("PROBS", TensorProto.FLOAT, ["batch", 10])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    (repo / "softmax10" / "1").mkdir(parents=True)
-    onnx.save(model, str(repo / "softmax10" / "1" / "model.onnx"))
+    _save(graph, repo / "softmax10" / "1" / "model.onnx")
     (repo / "softmax10" / "config.pbtxt").write_text(
         'platform: "onnxruntime_onnx"\nmax_batch_size: 64\n'
         'input [ { name: "SCORES" data_type: TYPE_FP32 dims: [ 10 ] } ]\n'
@@ -160,13 +194,15 @@ def main() -> int:
     p.add_argument("--concurrency", default="1,8,64")
     p.add_argument("--duration", type=float, default=10)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--first-step", choices=("mlp", "tiny"), default="mlp")
+    p.add_argument("--batching-us", type=int, default=None, help="dynamic batching on the first step")
     args = p.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     x = np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)
     results: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
-        build_repo(repo)
+        build_repo(repo, args.first_step, args.batching_us)
         ports = Ports.pick()
         server = Server(
             "modelhost", server_command("modelhost", repo, ports), ports, Path(tmp) / "server.log"

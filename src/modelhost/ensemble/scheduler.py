@@ -78,6 +78,7 @@ class EnsembleScheduler:
             [asyncio.Semaphore(plan.max_inflight) for _ in plan.steps] if plan.max_inflight > 0 else None
         )
         self._running = 0
+        self._routes: dict[tuple[str, ...], _Route] = {}
 
     async def execute(self, job: Job, priority: int = 0, timeout_us: int = 0) -> Arrays:
         """The requested outputs; for a decoupled ensemble, the responses go to `job.sink` and this returns {}
@@ -89,6 +90,15 @@ class EnsembleScheduler:
         finally:
             self._running -= 1
             job.timing.infer_ns += time.perf_counter_ns() - started
+
+    def route(self, outputs: list[str]) -> _Route:
+        key = tuple(outputs)
+        route = self._routes.get(key)
+        if route is None:
+            if len(self._routes) > 64:  # a bounded cache: clients choose the output sets
+                self._routes.clear()
+            route = self._routes[key] = _Route(self.plan, list(outputs))
+        return route
 
     def queued(self) -> int:
         return 0  # requests wait in their composing models' queues, which count them
@@ -104,8 +114,34 @@ class EnsembleScheduler:
         )
 
 
+class _Route:
+    """What a request asking for a given set of outputs does, worked out once per set and kept: the steps it runs,
+    how many times each tensor is read, and the outputs asked of each step."""
+
+    def __init__(self, plan: EnsemblePlan, requested: list[str]) -> None:
+        self.requested = requested
+        self.requested_set = frozenset(requested)
+        self.needed = plan.needed_steps(requested)
+        self.consumers = {
+            tensor: [s for s in steps if s.index in self.needed] for tensor, steps in plan.consumers.items()
+        }
+        self.readers = {t: len(c) for t, c in self.consumers.items()}
+        for tensor in requested:
+            self.readers[tensor] = self.readers.get(tensor, 0) + 1
+        self.step_outputs = {
+            step.index: [o for o, t in step.outputs.items() if self.readers.get(t, 0)]
+            for step in plan.steps
+            if step.index in self.needed
+        }
+
+
 class _Run:
-    """One request's way through the graph. Lives on the event loop: no locking."""
+    """One request's way through the graph. Lives on the event loop: no locking.
+
+    A step whose inputs are complete goes to `ready`. The coroutine that made it ready (the request's own, or the
+    one of the step that produced its inputs) runs the first ready step itself and starts a task for each other:
+    a chain of steps costs no task at all, and independent steps still run at the same time.
+    """
 
     def __init__(self, scheduler: EnsembleScheduler, job: Job) -> None:
         self.scheduler = scheduler
@@ -113,14 +149,14 @@ class _Run:
         self.job = job
         self.request = job.request or InferenceRequest(scheduler.plan.name)
         self.sink: ResponseSink | None = job.sink
-        self.requested = list(job.output_names)
-        self.needed = self.plan.needed_steps(self.requested)
+        self.route = scheduler.route(job.output_names)
         self.values: dict[tuple[str, int], _Value] = {}
         # How many more times each value will be read (by steps not yet started, and the response): freed at 0.
         self.readers: dict[tuple[str, int], int] = {}
         self.started: set[tuple[int, int]] = set()
+        self.ready: list[tuple[Step, int]] = []
         self.tasks: set[asyncio.Task[None]] = set()
-        self._decoupled_tasks: dict[asyncio.Task[None], bool] = {}
+        self.running = 0  # steps taken from `ready` and not answered yet (inline or in tasks)
         self.iterations = 0
         self.answered: set[int] = set()
         self.result: Arrays | None = None
@@ -132,9 +168,10 @@ class _Run:
         types = self.scheduler.input_types
         for name, array in self.job.inputs.items():
             self._set(name, 0, Tensor(name, types[name], list(array.shape), array), batch)
-        self._advance([(name, 0) for name in self.job.inputs])
-        self._finish_if_idle()
+        self._advance([(name, 0) for name in self.job.inputs], None)
         try:
+            await self._run_ready()
+            self._finish_if_idle()
             return await self.done
         except asyncio.CancelledError:
             for task in self.tasks:  # the caller went away: so do the requests made for it
@@ -144,36 +181,65 @@ class _Run:
     # -- the graph -------------------------------------------------------------------------------------------
 
     def _set(self, tensor: str, iteration: int, data: Tensor | None, batch: int) -> None:
-        key = (tensor, iteration)
-        readers = sum(1 for s in self.plan.consumers.get(tensor, ()) if s.index in self.needed)
-        readers += int(tensor in self.requested)
+        readers = self.route.readers.get(tensor, 0)
         if readers:
+            key = (tensor, iteration)
             self.values[key] = (data, batch)
             self.readers[key] = readers
 
     def _read(self, key: tuple[str, int]) -> _Value:
         value = self.values[key]
-        self.readers[key] -= 1
-        if self.readers[key] == 0:
+        left = self.readers[key] - 1
+        if left:
+            self.readers[key] = left
+        else:
             del self.values[key], self.readers[key]
         return value
 
-    def _advance(self, updated: list[tuple[str, int]]) -> None:
-        """Start every step whose inputs now all exist, and answer every iteration now complete."""
+    def _advance(self, updated: list[tuple[str, int]], producer: Step | None) -> None:
+        """Queue every step whose inputs now all exist, and answer an iteration now complete."""
+        complete = -1
         for tensor, iteration in updated:
             if self.error is not None:
                 return
-            for step in self.plan.consumers.get(tensor, ()):
+            for step in self.route.consumers.get(tensor, ()):
                 key = (step.index, iteration)
-                if step.index not in self.needed or key in self.started:
-                    continue
-                if all((t, iteration) in self.values for t in step.inputs.values()):
+                if key not in self.started and all(
+                    (t, iteration) in self.values for t in step.inputs.values()
+                ):
                     self.started.add(key)
-                    self._start(step, iteration)
-            if tensor in self.requested:
-                self._answer(iteration)
+                    self.ready.append((step, iteration))
+            if tensor in self.route.requested_set:
+                complete = iteration
+        if complete >= 0:
+            # Final when nothing else runs or waits to: the step answering now was the last (a decoupled step
+            # still running may send more). Otherwise the end comes alone, once the last step is done.
+            last = producer is not None and not producer.decoupled and self.running == 1 and not self.ready
+            self._answer(complete, last)
 
-    def _start(self, step: Step, iteration: int) -> None:
+    async def _run_ready(self) -> None:
+        """Run the ready steps: the first here, each other in a task of its own; repeat while steps get ready."""
+        while self.ready and self.error is None:
+            step, iteration = self.ready.pop(0)
+            self._spawn_ready()
+            self.running += 1
+            await self._run_step(step, iteration)
+        self.ready.clear()
+
+    def _spawn_ready(self) -> None:
+        loop = asyncio.get_running_loop()
+        for step, iteration in self.ready:
+            self.running += 1  # from now: a step counts as running until it is answered
+            task = loop.create_task(self._run_in_task(step, iteration))
+            self.tasks.add(task)
+            task.add_done_callback(self._task_done)
+        self.ready.clear()
+
+    async def _run_in_task(self, step: Step, iteration: int) -> None:
+        await self._run_step(step, iteration)
+        await self._run_ready()
+
+    def _request(self, step: Step, iteration: int) -> InferenceRequest:
         inputs: list[Tensor] = []
         for model_input, tensor in step.inputs.items():
             data, batch = self._read((tensor, iteration))
@@ -182,47 +248,48 @@ class _Run:
             array = fit_batch(data.data, batch, step.input_dims.get(model_input, ()), step.batching)
             inputs.append(Tensor(model_input, data.datatype, list(array.shape), array))
         request = self.request
-        step_request = InferenceRequest(
+        return InferenceRequest(
             model_name=step.model_name,
             model_version=step.model_version,
             id=request.id,
             inputs=inputs,
-            outputs=[RequestedOutput(o) for o, t in step.outputs.items() if self._wanted(t)],
+            outputs=[RequestedOutput(o) for o in self.route.step_outputs[step.index]],
             parameters=request.parameters,
             priority=request.priority,
             timeout_us=request.timeout_us,
         )
-        task = asyncio.get_running_loop().create_task(self._send(step, iteration, step_request))
-        self.tasks.add(task)
-        self._decoupled_tasks[task] = step.decoupled
-        task.add_done_callback(self._step_done)
 
-    def _wanted(self, tensor: str) -> bool:
-        """Whether this request reads the tensor: a step's other outputs are not asked of its model."""
-        return tensor in self.requested or any(
-            s.index in self.needed for s in self.plan.consumers.get(tensor, ())
-        )
-
-    async def _send(self, step: Step, iteration: int, request: InferenceRequest) -> None:
+    async def _run_step(self, step: Step, iteration: int) -> None:
+        """Send one step (counted in `running` by the caller); record its outputs, or its error as the request's."""
         limits = self.scheduler.limits
         limit = limits[step.index] if limits is not None else None
         server = self.scheduler.services.server
-        if limit is not None:
-            await limit.acquire()
         try:
-            if step.decoupled:
-                async for response in server.infer_stream(request, internal=True):
-                    if response.error is not None:
-                        raise response.error
-                    if response.outputs or not response.parameters.get(FINAL_RESPONSE, False):
-                        self.iterations += 1
-                        self._produced(step, self.iterations, response)
-                        await self._room_after(step)
-            else:
-                self._produced(step, iteration, await server.infer(request, internal=True))
-        finally:
+            request = self._request(step, iteration)
             if limit is not None:
-                limit.release()
+                await limit.acquire()
+            try:
+                if step.decoupled:
+                    async for response in server.infer_stream(request, internal=True):
+                        if response.error is not None:
+                            raise response.error
+                        if response.outputs or not response.parameters.get(FINAL_RESPONSE, False):
+                            self.iterations += 1
+                            self._produced(step, self.iterations, response)
+                            self._spawn_ready()  # the stream goes on: what its response feeds runs beside it
+                            await self._room_after(step)
+                else:
+                    self._produced(step, iteration, await server.infer(request, internal=True))
+            finally:
+                if limit is not None:
+                    limit.release()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if self.error is None:
+                self.error = e
+        finally:
+            self.running -= 1
 
     async def _room_after(self, step: Step) -> None:
         """Backpressure on a decoupled step: its next response is taken once the steps it feeds have room."""
@@ -230,7 +297,7 @@ class _Run:
         if limits is None:
             return
         for tensor in step.outputs.values():
-            for consumer in self.plan.consumers.get(tensor, ()):
+            for consumer in self.route.consumers.get(tensor, ()):
                 limit = limits[consumer.index]
                 if limit.locked():
                     await limit.acquire()
@@ -245,47 +312,37 @@ class _Run:
             data = None if out is None else Tensor(tensor, out.datatype, out.shape, out.data)
             self._set(tensor, iteration, data, batch)
             updated.append((tensor, iteration))
-        self._advance(updated)
+        self._advance(updated, step)
 
-    def _answer(self, iteration: int) -> None:
-        if iteration in self.answered or not all((t, iteration) in self.values for t in self.requested):
+    def _answer(self, iteration: int, last: bool) -> None:
+        requested = self.route.requested
+        if iteration in self.answered or not all((t, iteration) in self.values for t in requested):
             return
         self.answered.add(iteration)
         arrays: Arrays = {}
-        for tensor in self.requested:
+        for tensor in requested:
             data, batch = self._read((tensor, iteration))
             if data is not None:  # a composing model that did not produce an output: left out, as in Triton
                 dims = self.scheduler.output_dims[tensor]
                 arrays[tensor] = fit_batch(data.data, batch, dims, self.scheduler.batching)
         if self.sink is not None:
-            # Marked final when nothing else is running: the step answering now is the last one (a decoupled
-            # step still running may send more). Otherwise the end comes alone, once the last step is done.
-            self.sink.put(arrays, final=self._last_step_running())
+            self.sink.put(arrays, final=last)
         else:
             self.result = arrays
 
-    def _last_step_running(self) -> bool:
-        if len(self.tasks) != 1:
-            return False
-        (task,) = self.tasks
-        return task is asyncio.current_task() and not self._decoupled_tasks.get(task, False)
-
     # -- the end ---------------------------------------------------------------------------------------------
 
-    def _step_done(self, task: asyncio.Task[None]) -> None:
+    def _task_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        self._decoupled_tasks.pop(task, None)
-        if not task.cancelled() and task.exception() is not None and self.error is None:
-            self.error = task.exception()
         self._finish_if_idle()
 
     def _finish_if_idle(self) -> None:
-        if self.tasks or self.done.done():
+        if self.tasks or self.running or self.done.done():
             return
         if self.error is not None:
             self.done.set_exception(in_ensemble(self.plan.name, self.error))
         elif self.sink is not None:
-            self.sink.put(None, final=True)
+            self.sink.put(None, final=True)  # ignored when the last response was already final
             self.done.set_result({})
         elif self.result is None:
             self.done.set_exception(
