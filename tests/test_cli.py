@@ -76,6 +76,7 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "strict_readiness": True,
         "exit_on_error": True,
         "exit_timeout_secs": 30,
+        "allow_client_shm": False,
         "model_config_name": None,
         "auto_complete_config": True,
         "http_max_input_size": 67108864,
@@ -93,6 +94,13 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "backend_config": {},
         "cuda_memory_pool_byte_size": {},
         "model_load_gpu_limit": {},
+        "rate_limit": "off",
+        "rate_limit_resources": [],
+        "allow_cpu_metrics": True,
+        "allow_gpu_metrics": True,
+        "metrics_interval_ms": 2000.0,
+        "metrics_config": {},
+        "trace_config": [],
     }
 
 
@@ -111,6 +119,7 @@ HONOURED_SAMPLES = {
     "exit-timeout-secs": "5",
     "exit-on-error": "false",
     "strict-readiness": "false",
+    "allow-client-shm": "true",
     "model-repository": "/models",
     "model-store": "/models",
     "model-config-name": "h100",
@@ -139,6 +148,18 @@ HONOURED_SAMPLES = {
     "model-load-retry-count": "3",
     "cuda-memory-pool-byte-size": "0:1000",
     "model-load-gpu-limit": "0:0.8",
+    "rate-limit": "execution_count",
+    "rate-limit-resource": "R1:4",
+    "allow-gpu-metrics": "false",
+    "allow-cpu-metrics": "false",
+    "metrics-interval-ms": "500",
+    "metrics-config": "summary_latencies=true",
+    "trace-config": "rate=5",
+    "trace-file": "/tmp/trace.json",
+    "trace-level": "OFF",
+    "trace-rate": "5",
+    "trace-count": "3",
+    "trace-log-frequency": "2",
 }
 # Flags that are only valid together with another one.
 PREREQUISITES = {"load-model": ["--model-control-mode=explicit"]}
@@ -497,7 +518,7 @@ def test_refused_flag_with_the_value_modelhost_honours_anyway_is_accepted(flag: 
         ["--rate-limit", "OFF"],
         ["--allow-sagemaker=0", "--allow-vertex-ai=off", "--allow-client-shm=FALSE"],
         ["--model-namespacing=off", "--reuse-http-port=0", "--grpc-use-ssl=false"],
-        ["--trace-config=level=off", "--grpc-keepalive-time=7200000"],
+        ["--grpc-keepalive-time=7200000"],
     ],
 )
 def test_accepted_values_in_any_bool_or_case_form(argv: list[str]) -> None:
@@ -572,7 +593,7 @@ def test_serve_help_documents_every_flag_with_its_default(capsys: pytest.Capture
         assert flag.option in out
     assert "(default: 8000)" in out
     assert "[ignored:" in out
-    assert "[not supported yet; accepted: off]" in out
+    assert "[not supported yet; accepted: false]" in out
 
 
 def test_top_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:

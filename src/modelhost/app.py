@@ -19,11 +19,16 @@ from modelhost.http.protocol import HttpProtocol, start_http_server
 from modelhost.http.routes import HttpRoutes
 from modelhost.log_settings import LogSettings
 from modelhost.logs import log_table
-from modelhost.metrics import start_metrics_server
+from modelhost.metrics import configure_metrics, start_metrics_server, start_polled_metrics
 from modelhost.options import ServerOptions
 from modelhost.registry import ControlMode, LoadSettings, ModelRegistry
 from modelhost.repository.sources import RepositoryError, RepositorySource, open_repository
+from modelhost.scheduling.rate_limiter import RateLimiter
 from modelhost.server import EXTENSIONS, Server
+from modelhost.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
+from modelhost.tracing.settings import OpenTelemetrySettings, parse_trace_config
+from modelhost.tracing.sinks import OpenTelemetrySink, TritonFileSink
+from modelhost.tracing.tracer import Tracer
 
 log = logging.getLogger("modelhost")
 
@@ -49,6 +54,39 @@ def _options_table(options: ServerOptions, repos: list[RepositorySource]) -> str
     return log_table(["Option", "Value"], rows)
 
 
+def _rate_limiter(options: ServerOptions) -> RateLimiter | None:
+    if options.rate_limit != "execution_count":
+        if options.rate_limit_resources:
+            log.info("--rate-limit-resource is ignored with --rate-limit=off")
+        return None
+    return RateLimiter(options.rate_limit_resources)
+
+
+def _reserved_shm_prefixes(options: ServerOptions) -> tuple[str, ...]:
+    """Keys no client may register: Triton's python backend prefix, and the one this server's python backend
+    names its own shared memory with (--backend-config=python,shm-region-prefix-name=...)."""
+    from modelhost.python_backend.instance import StubSettings
+
+    own = StubSettings.from_backend_config(options.backend_config.get("python", {})).shm_region_prefix_name
+    return tuple(dict.fromkeys((RESERVED_PREFIX, own)))
+
+
+def _tracer(options: ServerOptions) -> tuple[Tracer, OpenTelemetrySettings | None]:
+    """The tracer --trace-config asks for (checked by ServerOptions): Triton's trace files, or OpenTelemetry."""
+    settings, otel = parse_trace_config(options.trace_config)
+    if settings.mode == "opentelemetry":
+        log.info("tracing to the OpenTelemetry collector at %s", otel.url)
+        return Tracer(settings, OpenTelemetrySink(otel)), otel
+    if not settings.file:
+        return Tracer(settings, None), None
+    sink = TritonFileSink(settings.file, lambda: settings.log_frequency)
+    tracer = Tracer(settings, sink)
+    sink.log_frequency_of = lambda: tracer.global_settings.log_frequency  # the API may change it
+    if settings.on:
+        log.info("tracing to %s (level %s, rate %d)", settings.file, ",".join(settings.level), settings.rate)
+    return tracer, None
+
+
 def _listen_addresses(bound: asyncio.Server) -> str:
     return ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in bound.sockets)
 
@@ -70,13 +108,19 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         gpu_memory=GpuMemory.from_options(options),
         load_threads=options.model_load_thread_count,
         load_retries=options.model_load_retry_count,
+        rate_limiter=_rate_limiter(options),
     )
     mode = options.model_control_mode
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions
     server = Server(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
     server.log_settings = LogSettings(options)
+    server.shared_memory = SharedMemoryRegistry(
+        allowed=options.allow_client_shm, reserved_prefixes=_reserved_shm_prefixes(options)
+    )
+    server.tracer, server.tracer_otel = _tracer(options)
     # Before the first load: python models call other models (BLS) and export their own metrics.
     registry.services = BackendServices(loop=asyncio.get_running_loop(), server=server)
+    configure_metrics(options)  # before the first load too: statistics keep the latency families asked for
     try:
         await registry.start(options.load_models if mode == "explicit" else None)
     except RepositoryError as e:
@@ -84,6 +128,11 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         return 1
     log.info("\n%s", log_table(["Model", "Version", "Status"], registry.status_rows()))
     log.info("\n%s", _options_table(options, repos))
+    if settings.rate_limiter is not None:
+        rows = settings.rate_limiter.rows()
+        log.info("Rate limiter on (--rate-limit=execution_count): %d resources in use", len(rows))
+        if rows:
+            log.info("\n%s", log_table(["Resource", "Device", "Count"], rows))
     if options.exit_on_error and not registry.all_ready():
         log.error("failed to load all models; exiting (--exit-on-error=true)")
         await asyncio.to_thread(server.close)  # blocking: python models finalize in their processes
@@ -92,6 +141,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     http_server: asyncio.Server | None = None
     connections: set[HttpProtocol] = set()
     metrics_server: asyncio.Server | None = None
+    metrics_pollers: list[asyncio.Task[None]] = []  # CPU / GPU families, every --metrics-interval-ms
     grpc_server = None
     try:
         if options.allow_grpc:
@@ -104,11 +154,13 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         if options.allow_metrics:
+            polled, metrics_pollers = start_polled_metrics(options)
             metrics_server = await start_metrics_server(
-                server.statistics,
+                registry.ready_models,
                 options.metrics_address,
                 options.metrics_port,
                 registry.services.custom_metrics,
+                polled,
             )
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
     except OSError as e:
@@ -129,6 +181,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     await stop.wait()
     if poller is not None:
         poller.cancel()
+    for task in metrics_pollers:
+        task.cancel()
     log.info(
         "Received a stop signal: no new requests, waiting up to %d s for %d in flight",
         options.exit_timeout_secs,
@@ -160,6 +214,9 @@ async def _stop(
         await grpc_server.stop(grace=1.0 if drained else 0)  # type: ignore[attr-defined]
     if metrics_server is not None:
         metrics_server.close()
+    await asyncio.to_thread(
+        server.tracer.close
+    )  # the trace file is written now (log-frequency 0), or flushed
     if drained:
         await asyncio.to_thread(
             server.close

@@ -7,7 +7,7 @@ the tests all derive. Each flag is one of:
     ignored            accepted, logged at startup as ignored: it has no meaning in modelhost's design
                        (backend directories, thread-pool sizes of a C++ server);
     not supported yet  refused with exit code 2, never silently dropped, except for the values that describe
-                       what modelhost does anyway (--rate-limit=off, --model-control-mode=none, ...).
+                       what modelhost does anyway (--allow-sagemaker=false, --model-control-mode=none, ...).
 
 Bools take true/false, on/off, 1/0 in any case; values come as `--flag=value` or `--flag value`; a flag given
 twice keeps its last value unless it is repeatable.
@@ -152,9 +152,9 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("strict-readiness", "bool", "true", SERVER,
               "If true, ready only when the server is live and all models are ready; if false, when live.",
               field="strict_readiness"),
-    _refused("allow-client-shm", "bool", "false", SERVER,
-             "Let clients register and use shared-memory regions.",
-             "client shared memory is not implemented yet", accepted=("false",)),
+    _honoured("allow-client-shm", "bool", "false", SERVER,
+              "Let clients register and use system shared-memory regions (CUDA shared memory is not "
+              "supported).", field="allow_client_shm"),
     # Model repository
     _honoured("model-repository", "str", "the bundled examples", REPOSITORY,
               "A model repository: a local path, s3://[<host>:<port>/]<bucket>/<prefix>, gs:// or as://; "
@@ -286,15 +286,18 @@ FLAGS: tuple[Flag, ...] = (
               "Address the metrics server binds to.", field="metrics_address"),
     _honoured("metrics-port", "int", "8002", METRICS, "Port of the metrics server; 0 picks a free port.",
               field="metrics_port"),
-    _refused("allow-gpu-metrics", "bool", "true", METRICS, "Report GPU metrics.",
-             "modelhost reports no GPU metrics", accepted=("false",)),
-    _refused("allow-cpu-metrics", "bool", "true", METRICS, "Report CPU and memory metrics.",
-             "CPU metrics are not implemented yet"),
-    _refused("metrics-interval-ms", "float", "2000", METRICS,
-             "Milliseconds between collections of the per-interval metrics.",
-             "the metrics interval is not configurable yet"),
-    _refused("metrics-config", "str", "", METRICS, "A metrics setting; repeatable.",
-             "metrics settings are not implemented yet", repeatable=True, metavar="<setting>=<value>"),
+    _honoured("allow-gpu-metrics", "bool", "true", METRICS,
+              "Report GPU metrics (nv_gpu_*, through NVML: needs the optional nvidia-ml-py and a GPU; "
+              "without them there are simply no GPU families).", field="allow_gpu_metrics"),
+    _honoured("allow-cpu-metrics", "bool", "true", METRICS,
+              "Report CPU and memory metrics (nv_cpu_*, from /proc).", field="allow_cpu_metrics"),
+    _honoured("metrics-interval-ms", "float", "2000", METRICS,
+              "Milliseconds between collections of the per-interval (CPU, GPU) metrics.",
+              field="metrics_interval_ms"),
+    _honoured("metrics-config", "str", "", METRICS,
+              "A metrics setting; repeatable: counter_latencies (true), histogram_latencies (false), "
+              "summary_latencies (false), summary_quantiles (0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,"
+              "0.999:0.001).", repeatable=True, metavar="<setting>=<value>"),
     # Backend
     _honoured("backend-config", "str", "", BACKEND,
               "A backend setting; repeatable. Honoured: default-max-batch-size (global), "
@@ -306,20 +309,18 @@ FLAGS: tuple[Flag, ...] = (
     _ignored("repoagent-directory", "str", "/opt/tritonserver/repoagents", BACKEND,
              "Directory of repository agent shared libraries.", "modelhost loads no repository agents"),
     # Tracing
-    _refused("trace-config", "str", "", TRACING,
-             "A trace setting, global or for a mode (triton, opentelemetry); repeatable.",
-             "tracing is not implemented yet", repeatable=True, metavar="[<mode>,]<setting>=<value>",
-             accepted=("level=OFF",)),
-    _refused("trace-file", "str", "", TRACING, "DEPRECATED: use --trace-config triton,file=<path>.",
-             "tracing is not implemented yet"),
-    _refused("trace-level", "str", "OFF", TRACING, "DEPRECATED: use --trace-config level=<level>.",
-             "tracing is not implemented yet", repeatable=True, accepted=("OFF",)),
-    _refused("trace-rate", "int", "1000", TRACING, "DEPRECATED: use --trace-config rate=<n>.",
-             "tracing is not implemented yet"),
-    _refused("trace-count", "int", "-1", TRACING, "DEPRECATED: use --trace-config count=<n>.",
-             "tracing is not implemented yet"),
-    _refused("trace-log-frequency", "int", "0", TRACING,
-             "DEPRECATED: use --trace-config triton,log-frequency=<n>.", "tracing is not implemented yet"),
+    _honoured("trace-config", "str", "", TRACING,
+              "A trace setting, global (level, rate, count, mode) or for a mode (triton,file=<path>, "
+              "triton,log-frequency=<n>, opentelemetry,url=<url>, opentelemetry,resource=<k>=<v>, "
+              "opentelemetry,bsp_*=<n>); repeatable. See docs/tracing.md.",
+              repeatable=True, metavar="[<mode>,]<setting>=<value>"),
+    _honoured("trace-file", "str", "", TRACING, "DEPRECATED: use --trace-config triton,file=<path>."),
+    _honoured("trace-level", "str", "OFF", TRACING, "DEPRECATED: use --trace-config level=<level>.",
+              repeatable=True),
+    _honoured("trace-rate", "int", "1000", TRACING, "DEPRECATED: use --trace-config rate=<n>."),
+    _honoured("trace-count", "int", "-1", TRACING, "DEPRECATED: use --trace-config count=<n>."),
+    _honoured("trace-log-frequency", "int", "0", TRACING,
+              "DEPRECATED: use --trace-config triton,log-frequency=<n>."),
     # Response cache
     _refused("cache-config", "str", "", CACHE, "A cache setting, e.g. local,size=<bytes>; repeatable.",
              "the response cache is not implemented yet", repeatable=True,
@@ -330,12 +331,14 @@ FLAGS: tuple[Flag, ...] = (
              "DEPRECATED: use --cache-config local,size=<bytes>.",
              "the response cache is not implemented yet", accepted=("0",)),
     # Rate limiter
-    _refused("rate-limit", "str", "off", RATE_LIMITER, "Rate limiter mode: off or execution_count.",
-             "the rate limiter is not implemented yet", accepted=("off",)),
-    _refused("rate-limit-resource", "str", "", RATE_LIMITER,
-             "Resources available to the rate limiter; repeatable.",
-             "the rate limiter is not implemented yet", repeatable=True,
-             metavar="<name>:<count>[:<device>]"),
+    _honoured("rate-limit", "str", "off", RATE_LIMITER,
+              "Rate limiter mode: off, or execution_count (an instance executes only once the resources its "
+              "instance group's rate_limiter asks for are available; priority weighs who goes next).",
+              metavar="<off|execution_count>"),
+    _honoured("rate-limit-resource", "str", "", RATE_LIMITER,
+              "Copies of a rate limiter resource, on one device or (no device) on each; repeatable. Default: "
+              "the most any loaded instance asks for.",
+              repeatable=True, metavar="<name>:<count>[:<device>]"),
     # Memory and devices
     # The memory flags: what they map onto is in modelhost/gpu_memory.py; none has an effect without a GPU.
     _ignored("pinned-memory-pool-byte-size", "int", "268435456", MEMORY,
@@ -413,6 +416,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: list[str]) -> int:
     if args and args[0] == "serve":
         return _serve(args[1:])
+    if args and args[0] == "perf":
+        from modelhost.perf import main as perf_main  # perf_analyzer's job; none of the server
+
+        return perf_main(args[1:])
     if args and args[0].startswith("--") and args[0][2:].partition("=")[0] in FLAGS_BY_NAME:
         # Someone used to `tritonserver --model-repository=...`.
         raise CliError(f"{args[0]} is an option of the serve command: modelhost serve {' '.join(args)}")
@@ -500,6 +507,7 @@ def _top_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.add_parser("serve", help="Run the server on HTTP, GRPC and metrics ports (8000, 8001, 8002).")
+    commands.add_parser("perf", help="Measure a model's throughput and latency, as perf_analyzer does.")
     return parser
 
 
@@ -550,6 +558,17 @@ def _help_text(flag: Flag) -> str:
     return text
 
 
+# The trace flags, each as the --trace-config prefix its value goes after.
+_TRACE_FLAGS = {
+    "trace-config": "",
+    "trace-file": "triton,file=",
+    "trace-level": "level=",
+    "trace-rate": "rate=",
+    "trace-count": "count=",
+    "trace-log-frequency": "triton,log-frequency=",
+}
+
+
 def _parse_serve(argv: Sequence[str]) -> tuple[ServerOptions, list[Note]]:
     namespace = serve_parser().parse_args(list(argv))
     given: list[tuple[str, str]] = getattr(namespace, "given", [])
@@ -564,6 +583,9 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     backend_config: dict[str, dict[str, str]] = {}
     cuda_pools: dict[int, int] = {}  # a GPU named twice keeps its last value
     load_limits: dict[int, float] = {}
+    rate_limit_resources: list[tuple[str, int, int | None]] = []
+    metrics_config: dict[str, str] = {}  # a setting given twice keeps its last value
+    trace_config: list[str] = []  # checked by ServerOptions (tracing/settings.py)
     disable_auto_complete = strict_model_config = False
     for name, raw in given:
         flag = FLAGS_BY_NAME[name]
@@ -580,6 +602,17 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             load_models.append(raw)
         elif name == "model-control-mode":
             values["model_control_mode"] = raw.strip().lower()  # tritonserver lowercases it too
+        elif name == "rate-limit":
+            values["rate_limit"] = raw.strip().lower()  # as tritonserver
+        elif name == "rate-limit-resource":
+            rate_limit_resources.append(_rate_limit_resource(raw))
+        elif name == "metrics-config":
+            setting, equals, setting_value = raw.partition("=")
+            if not equals or not setting.strip():
+                raise CliError(f"--metrics-config format is '<setting>=<value>', got {raw!r}")
+            metrics_config[setting.strip()] = setting_value  # checked by ServerOptions
+        elif name in _TRACE_FLAGS:
+            trace_config.append(_TRACE_FLAGS[name] + raw)  # the deprecated flags, as --trace-config
         elif name == "backend-config":
             backend, setting, setting_value = _backend_setting(raw)
             backend_config.setdefault(backend, {})[setting] = setting_value
@@ -613,6 +646,9 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             backend_config=backend_config,
             cuda_memory_pool_byte_size=cuda_pools,
             model_load_gpu_limit=load_limits,
+            rate_limit_resources=rate_limit_resources,
+            metrics_config=metrics_config,
+            trace_config=trace_config,
             **values,
         )
     except ValueError as error:
@@ -690,6 +726,16 @@ def _cuda_pool(flag: Flag, raw: str) -> tuple[int, int]:
     if size is None:
         raise CliError(f"{flag.option}: invalid byte size {value!r} in {raw!r}")
     return gpu, size
+
+
+def _rate_limit_resource(raw: str) -> tuple[str, int, int | None]:
+    # Imported here: the parser needs nothing else of the scheduling package.
+    from modelhost.scheduling.rate_limiter import parse_resource_flag
+
+    try:
+        return parse_resource_flag(raw)
+    except ValueError as error:
+        raise CliError(str(error)) from None
 
 
 def _load_limit(flag: Flag, raw: str) -> tuple[int, float]:

@@ -3,19 +3,50 @@
 The per-model counters are rendered from the same statistics the statistics extension serves (stats.py), so
 the two can never disagree. They are written by hand in the text exposition format because Triton's counters
 carry no `_total` suffix, which prometheus-client would add.
+
+What is exported follows `--metrics-config` (metrics_config.py): the latency counters (on by default), the
+latency summaries and the first-response histogram of decoupled models (off by default); and
+`--allow-cpu-metrics` / `--allow-gpu-metrics` (cpu_metrics.py, gpu_metrics.py). A model config's
+`metric_tags` add a label `_<key>="<value>"` to every family of that model, as Triton does.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from modelhost.http.protocol import HttpRequest, HttpResponse, error_response, start_http_server
+from modelhost.metrics_config import MetricsConfig, parse_metrics_config
+from modelhost.options import ServerOptions
 from modelhost.python_backend.custom_metrics import CustomMetrics
-from modelhost.stats import ModelStats
+from modelhost.stats import FIRST_RESPONSE_HISTOGRAM, ModelStats, Summary, metrics_config
+from modelhost.stats import configure_metrics as configure_stats
+
+
+class ExportedModel(Protocol):
+    """What the endpoint needs of a loaded model version (modelhost.model.LoadedModel)."""
+
+    @property
+    def stats(self) -> ModelStats: ...
+
+    @property
+    def config(self) -> Any: ...
+
+    @property
+    def decoupled(self) -> bool: ...
+
+
+class PolledMetrics(Protocol):
+    """Server-wide gauges refreshed every --metrics-interval-ms (CPU, GPU)."""
+
+    def render(self) -> list[str]: ...
+
 
 # (family, help, value of one model version); durations in microseconds, as Triton exports them.
-_COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
+_COUNTS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
     (
         "nv_inference_request_success",
         "Number of successful inference requests, all batch sizes",
@@ -31,14 +62,18 @@ _COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
         "Number of model executions performed (does not include cached requests)",
         lambda s: s.execution_count,
     ),
+]
+
+# Only with counter_latencies=true (the default). Successful requests only, as Triton.
+_LATENCY_COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
     (
         "nv_inference_request_duration_us",
         "Cumulative inference request duration in microseconds (includes cached requests)",
-        lambda s: (s.success.ns + s.fail.ns) // 1000,
+        lambda s: s.success.ns // 1000,
     ),
     (
         "nv_inference_queue_duration_us",
-        "Cumulative inference queuing duration in microseconds",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
         lambda s: s.queue.ns // 1000,
     ),
     (
@@ -58,6 +93,34 @@ _COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
     ),
 ]
 
+# Only with summary_latencies=true; Triton's help texts (the compute ones are those of the counters).
+_SUMMARIES: list[tuple[str, str, str]] = [
+    (
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+        "request",
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+        "queue",
+    ),
+    (
+        "nv_inference_compute_input_summary_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        "compute_input",
+    ),
+    (
+        "nv_inference_compute_infer_summary_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        "compute_infer",
+    ),
+    (
+        "nv_inference_compute_output_summary_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+        "compute_output",
+    ),
+]
 
 _GAUGES: list[tuple[str, str, Callable[[ModelStats], float]]] = [
     (
@@ -68,39 +131,137 @@ _GAUGES: list[tuple[str, str, Callable[[ModelStats], float]]] = [
     ("nv_model_load_duration_secs", "Model load time in seconds", lambda s: round(s.load_duration_s, 6)),
 ]
 
+_FIRST_RESPONSE_HELP = "Duration from request to first response in milliseconds"
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def family_names(config: MetricsConfig, *, cpu: bool = False, gpu: bool = False) -> list[str]:
+    """The families a server with this configuration can export (the time series of each family need a
+    model, a decoupled one for the histogram, or a GPU)."""
+    from modelhost.cpu_metrics import CPU_FAMILIES
+    from modelhost.gpu_metrics import GPU_FAMILIES
+
+    names = ["nv_inference_request_failure"] + [name for name, _, _ in _COUNTS]
+    if config.counter_latencies:
+        names += [name for name, _, _ in _LATENCY_COUNTERS]
+    if config.summary_latencies:
+        names += [name for name, _, _ in _SUMMARIES]
+    if config.histogram_latencies:
+        names.append(FIRST_RESPONSE_HISTOGRAM)
+    names += [name for name, _, _ in _GAUGES]
+    if cpu:
+        names += CPU_FAMILIES
+    if gpu:
+        names += GPU_FAMILIES
+    return names
+
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(models: list[ModelStats], custom: CustomMetrics | None = None) -> bytes:
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def model_labels(name: str, version: str, config: Any = None) -> str:
+    """`model="..",version=".."` plus Triton's `_<key>="<value>"` per entry of the config's metric_tags
+    (entries whose key makes no valid Prometheus label name are left out)."""
+    label = f'model="{_escape(name)}",version="{_escape(version)}"'
+    tags = getattr(config, "metric_tags", None) if config is not None else None
+    if tags:
+        for key, value in sorted(tags.items()):
+            tag = f"_{key}"
+            if _LABEL_NAME.fullmatch(tag) and not tag.startswith("__"):
+                label += f',{tag}="{_escape(value)}"'
+    return label
+
+
+def _summary_lines(name: str, label: str, summary: Summary, quantiles: Sequence[float]) -> list[str]:
+    lines = [f"{name}_count{{{label}}} {summary.count}", f"{name}_sum{{{label}}} {_number(summary.sum)}"]
+    for q, value in zip(quantiles, summary.window.quantiles(quantiles), strict=True):
+        lines.append(f'{name}{{{label},quantile="{_number(q)}"}} {_number(value)}')
+    return lines
+
+
+def render(
+    models: Sequence[ExportedModel | ModelStats],
+    custom: CustomMetrics | None = None,
+    polled: Sequence[PolledMetrics] = (),
+    config: MetricsConfig | None = None,
+) -> bytes:
+    """The /metrics page. `models`: the loaded versions (plain statistics are enough without metric tags or
+    histograms); `config`: the --metrics-config in force (by default the one given to stats.py)."""
+    config = config or metrics_config()
+    entries: list[tuple[ModelStats, str, Any, bool]] = []
+    for model in models:
+        if isinstance(model, ModelStats):
+            entries.append((model, model_labels(model.name, model.version), None, False))
+        else:
+            stats = model.stats
+            entries.append((stats, model_labels(stats.name, stats.version, model.config), model.config,
+                            model.decoupled))  # fmt: skip
     lines = [
         "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes",
         "# TYPE nv_inference_request_failure counter",
     ]
-    labels = [f'model="{_escape(s.name)}",version="{_escape(s.version)}"' for s in models]
-    for stats, label in zip(models, labels, strict=True):
+    for stats, label, _, _ in entries:
         for reason, count in stats.failures.items():
             lines.append(f'nv_inference_request_failure{{{label},reason="{reason}"}} {count}')
-    for name, help_text, value in _COUNTERS:
+    counters = _COUNTS + (_LATENCY_COUNTERS if config.counter_latencies else [])
+    for name, help_text, value in counters:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} counter")
-        for stats, label in zip(models, labels, strict=True):
+        for stats, label, _, _ in entries:
             lines.append(f"{name}{{{label}}} {value(stats)}")
+    if config.summary_latencies:
+        quantiles = [q for q, _ in config.summary_quantiles]
+        for name, help_text, attribute in _SUMMARIES:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} summary")
+            for stats, label, _, _ in entries:
+                if stats.summaries is not None:
+                    summary: Summary = getattr(stats.summaries, attribute)
+                    lines.extend(_summary_lines(name, label, summary, quantiles))
+    if config.histogram_latencies:
+        lines.append(f"# HELP {FIRST_RESPONSE_HISTOGRAM} {_FIRST_RESPONSE_HELP}")
+        lines.append(f"# TYPE {FIRST_RESPONSE_HISTOGRAM} histogram")
+        for stats, label, model_config, decoupled in entries:
+            histogram = stats.first_response_histogram(model_config) if decoupled else None
+            if histogram is None:
+                continue
+            name = FIRST_RESPONSE_HISTOGRAM
+            lines.append(f"{name}_count{{{label}}} {histogram.count}")
+            lines.append(f"{name}_sum{{{label}}} {_number(histogram.sum)}")
+            for bound, count in zip(histogram.bounds, histogram.cumulative(), strict=True):
+                lines.append(f'{name}_bucket{{{label},le="{_number(bound)}"}} {count}')
+            lines.append(f'{name}_bucket{{{label},le="+Inf"}} {histogram.count}')
     for name, help_text, gauge in _GAUGES:
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} gauge")
-        for stats, label in zip(models, labels, strict=True):
-            lines.append(f"{name}{{{label}}} {gauge(stats)}")
+        for stats, label, _, _ in entries:
+            lines.append(f"{name}{{{label}}} {_number(gauge(stats))}")
+    for source in polled:
+        lines.extend(source.render())
     if custom is not None:
         lines.extend(custom.render())
     return ("\n".join(lines) + "\n").encode()
 
 
 async def start_metrics_server(
-    models: Callable[[], list[ModelStats]], host: str, port: int, custom: CustomMetrics | None = None
+    models: Callable[[], Sequence[ExportedModel | ModelStats]],
+    host: str,
+    port: int,
+    custom: CustomMetrics | None = None,
+    polled: Sequence[PolledMetrics] = (),
 ) -> asyncio.Server:
-    """Serve /metrics; `models` gives the statistics of the versions to export at the time of the scrape."""
+    """Serve /metrics; `models` gives the versions to export at the time of the scrape."""
 
     async def handle(request: HttpRequest) -> HttpResponse:
         if request.path != "/metrics":
@@ -108,8 +269,39 @@ async def start_metrics_server(
         if request.method != "GET":
             return error_response(405, "Method Not Allowed")
         return HttpResponse(
-            200, render(models(), custom), content_type="text/plain; charset=utf-8; version=0.0.4"
+            200, render(models(), custom, polled), content_type="text/plain; charset=utf-8; version=0.0.4"
         )
 
     server, _ = await start_http_server(handle, host, port, max_body=1 << 16)
     return server
+
+
+def configure_metrics(options: ServerOptions) -> MetricsConfig:
+    """Apply --metrics-config (checked by ServerOptions) before the first model loads; with --allow-metrics
+    false no latency summary or histogram is kept."""
+    config = parse_metrics_config(options.metrics_config)
+    if not options.allow_metrics:
+        config = MetricsConfig(counter_latencies=config.counter_latencies)
+    configure_stats(config)
+    return config
+
+
+def start_polled_metrics(options: ServerOptions) -> tuple[list[PolledMetrics], list[asyncio.Task[None]]]:
+    """The CPU and GPU families asked for, and the tasks refreshing them every --metrics-interval-ms (to
+    cancel at shutdown)."""
+    from modelhost import cpu_metrics, gpu_metrics
+
+    polled: list[PolledMetrics] = []
+    tasks: list[asyncio.Task[None]] = []
+    interval = options.metrics_interval_ms
+    if options.allow_cpu_metrics:
+        cpu = cpu_metrics.start_cpu_metrics()
+        if cpu is not None:
+            polled.append(cpu)
+            tasks.append(asyncio.create_task(cpu_metrics.poll_forever(cpu, interval)))
+    if options.allow_gpu_metrics:
+        gpu = gpu_metrics.start_gpu_metrics()
+        if gpu is not None:
+            polled.append(gpu)
+            tasks.append(asyncio.create_task(gpu_metrics.poll_forever(gpu, interval)))
+    return polled, tasks

@@ -310,6 +310,7 @@ class LoadedModel:
         `triton_final_response` parameter: an empty response when the model ends without one)."""
         self._in_flight += 1
         sink = ResponseSink()
+        clock = self.stats.response_clock(self.config)  # response_stats and the first-response histogram
         running: asyncio.Future[Arrays] | None = None
         try:
             job = self._job(request, sink)
@@ -322,16 +323,20 @@ class LoadedModel:
             running.add_done_callback(lambda done: _end_on_failure(done, sink))
             while True:
                 item = await sink.get()
+                clock.arrived()
                 if item.error is not None:
                     if item.final:
                         raise item.error
+                    clock.done("fail")
                     yield InferenceResponse(self.name, self.version_str, request.id, [], {}, item.error)
                     continue
                 if item.outputs is not None:
                     response = self._response(request, job, item.outputs)
+                    clock.done("success")
                     response.parameters[FINAL_RESPONSE] = item.final
                     yield response
                 elif item.final:
+                    clock.done("empty_response")
                     yield InferenceResponse(
                         self.name, self.version_str, request.id, [], {FINAL_RESPONSE: True}
                     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
 LOG_FORMATS = ("default", "ISO8601")
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
+RATE_LIMIT_MODES = ("off", "execution_count")
 
 # --backend-config settings honoured today, by backend ("" = the global settings that apply to every backend).
 # Values are non-negative integers, but for the names in TEXT_BACKEND_CONFIG.
@@ -54,6 +55,7 @@ class ServerOptions:
     strict_readiness: bool = True
     exit_on_error: bool = True
     exit_timeout_secs: int = 30
+    allow_client_shm: bool = False  # clients may register and use system shared memory
     model_config_name: str | None = None
     auto_complete_config: bool = True
     http_max_input_size: int = DEFAULT_HTTP_MAX_INPUT_SIZE
@@ -74,6 +76,16 @@ class ServerOptions:
     # The memory flags; modelhost.gpu_memory says what they map onto.
     cuda_memory_pool_byte_size: dict[int, int] = field(default_factory=dict)  # CUDA device -> bytes
     model_load_gpu_limit: dict[int, float] = field(default_factory=dict)  # CUDA device -> fraction in use
+    # The rate limiter: off | execution_count, and --rate-limit-resource as (name, count, device; None = all).
+    rate_limit: str = "off"
+    rate_limit_resources: list[tuple[str, int, int | None]] = field(default_factory=list)
+    # Metrics families and their refresh; --metrics-config as given (setting -> value), see metrics_config.py.
+    allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
+    metrics_interval_ms: float = 2000.0
+    metrics_config: dict[str, str] = field(default_factory=dict)
+    # --trace-config values as given (the deprecated trace flags translated), see tracing/settings.py.
+    trace_config: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.metrics_address:
@@ -117,6 +129,9 @@ def _problems(options: ServerOptions) -> list[str]:
     problems.extend(_model_control_problems(options))
     problems.extend(_backend_config_problems(options.backend_config))
     problems.extend(_memory_problems(options))
+    problems.extend(_rate_limit_problems(options))
+    problems.extend(_metrics_problems(options))
+    problems.extend(_trace_problems(options))
     problems.extend(_port_collisions(options))
     return problems
 
@@ -176,6 +191,50 @@ def _memory_problems(options: ServerOptions) -> list[str]:
                 f"--model-load-gpu-limit expects limit fraction to be in range [0.0, 1.0], got {fraction}"
             )
     return problems
+
+
+def _rate_limit_problems(options: ServerOptions) -> list[str]:
+    problems: list[str] = []
+    if options.rate_limit not in RATE_LIMIT_MODES:
+        problems.append(f"--rate-limit must be off or execution_count, got {options.rate_limit!r}")
+    for name, count, device in options.rate_limit_resources:
+        if not name or ":" in name:
+            problems.append(f"--rate-limit-resource must name a resource, got {name!r}")
+        if count < 0:
+            problems.append(f"--rate-limit-resource count of {name!r} must be 0 or more, got {count}")
+        if device is not None and device < 0:
+            problems.append(f"--rate-limit-resource device of {name!r} must be 0 or more, got {device}")
+    return problems
+
+
+def _metrics_problems(options: ServerOptions) -> list[str]:
+    from modelhost.metrics_config import parse_metrics_config
+
+    problems: list[str] = []
+    if not options.metrics_interval_ms > 0:  # NaN included
+        problems.append(f"--metrics-interval-ms must be greater than 0, got {options.metrics_interval_ms}")
+    try:
+        parse_metrics_config(options.metrics_config)
+    except ValueError as error:
+        problems.append(str(error))
+    return problems
+
+
+def _trace_problems(options: ServerOptions) -> list[str]:
+    from modelhost.tracing.settings import parse_trace_config
+
+    try:
+        settings, _ = parse_trace_config(options.trace_config)
+    except ValueError as error:
+        return [f"--trace-config: {error}"]
+    if settings.mode == "opentelemetry":
+        try:
+            import opentelemetry.sdk.trace  # noqa: F401
+        except ImportError:
+            return [
+                "--trace-config mode=opentelemetry needs the 'tracing' extra: pip install 'modelhost[tracing]'"
+            ]
+    return []
 
 
 def _port_collisions(options: ServerOptions) -> list[str]:

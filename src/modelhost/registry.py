@@ -44,6 +44,7 @@ from modelhost.repository.layout import model_directories
 from modelhost.repository.overrides import LoadOverride, check_model_name, write_model_files
 from modelhost.repository.sources import RepositoryError, RepositorySource
 from modelhost.scheduling.instances import InstancePool
+from modelhost.scheduling.rate_limiter import RateLimiter, needs_of
 from modelhost.warmup import run_warmup
 
 log = logging.getLogger("modelhost.registry")
@@ -98,6 +99,8 @@ class LoadSettings:
     gpu_memory: GpuMemory = field(default_factory=GpuMemory)
     load_threads: int = 4
     load_retries: int = 0
+    # --rate-limit=execution_count: the server-wide limiter (None: off).
+    rate_limiter: RateLimiter | None = None
 
     def backend_settings(self, backend: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(backend, {})}
@@ -609,11 +612,14 @@ class ModelRegistry:
             for group, index, device in plan:
                 instances.append(backend.load_instance(ctx, group, index, device))
             run_warmup(config, model_dir, instances)  # before READY, as in Triton
+            limiter = self.settings.rate_limiter
+            needs = [needs_of(group, device) for group, _, device in plan] if limiter is not None else None
+            pool = InstancePool(instances, limiter, needs)  # fails where the limiter cannot serve them
         except BaseException:
             for instance in instances:
                 instance.close()
             raise
-        return LoadedModel(name, version, config, model_dir, InstancePool(instances))
+        return LoadedModel(name, version, config, model_dir, pool)
 
     # -- unloading ---------------------------------------------------------------------------------------------
 

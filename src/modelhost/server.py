@@ -12,10 +12,13 @@ from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config import config_to_json
 from modelhost.errors import InvalidArgument, ModelhostError, Unavailable, Unsupported
 from modelhost.log_settings import LogSettings
-from modelhost.model import FINAL_RESPONSE
+from modelhost.model import FINAL_RESPONSE, LoadedModel
 from modelhost.registry import ModelRegistry
 from modelhost.repository.overrides import parse_load_parameters
+from modelhost.shared_memory import SharedMemoryRegistry
 from modelhost.stats import ModelStats, RequestTiming
+from modelhost.tracing.settings import OpenTelemetrySettings, TraceSettings
+from modelhost.tracing.tracer import Trace, Tracer, stamp_request
 from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.server")
@@ -28,6 +31,7 @@ EXTENSIONS = [
     "parameters",
     "statistics",
     "logging",
+    "trace",
     "model_repository",
     "model_repository(unload_dependents)",
 ]
@@ -47,6 +51,11 @@ class Server:
         self._in_flight = 0
         self._drained = asyncio.Event()
         self._drained.set()
+        # Client system shared memory (--allow-client-shm); disabled unless the app configures it.
+        self.shared_memory = SharedMemoryRegistry()
+        # The trace extension; off until the app sets it up from --trace-config.
+        self.tracer = Tracer(TraceSettings(), None)
+        self.tracer_otel: OpenTelemetrySettings | None = None
 
     # -- health and metadata -----------------------------------------------------------------------------------
 
@@ -79,7 +88,8 @@ class Server:
         return self.registry.get(name, version).decoupled
 
     def metadata(self) -> dict[str, Any]:
-        return {"name": self.server_id, "version": TRITON_COMPAT_VERSION, "extensions": EXTENSIONS}
+        extensions = [*EXTENSIONS, "system_shared_memory"] if self.shared_memory.allowed else EXTENSIONS
+        return {"name": self.server_id, "version": TRITON_COMPAT_VERSION, "extensions": extensions}
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.registry.get(name, version)
@@ -136,6 +146,9 @@ class Server:
             raise Unavailable("Server is shutting down: no new inference requests are accepted")
         model = self.registry.get(request.model_name, request.model_version)
         stats = model.stats
+        trace = request.trace
+        if trace is not None:
+            traced_from = self._trace_start(trace, model, request)
         self._in_flight += 1
         self._drained.clear()
         started = time.perf_counter_ns()
@@ -143,12 +156,43 @@ class Server:
             response, timing = await model.infer(request)
         except BaseException as e:
             stats.failed(time.perf_counter_ns() - started, _failure_reason(e))
+            if trace is not None:
+                trace.stamp("REQUEST_START", traced_from)
+                trace.stamp("REQUEST_END")
             raise
         else:
             stats.succeeded(time.perf_counter_ns() - started, timing)
+            if trace is not None:
+                stamp_request(trace, traced_from, timing, time.monotonic_ns())
+                for tensor in response.outputs:
+                    trace.tensor("TENSOR_BACKEND_OUTPUT", tensor.name, tensor.datatype, tensor.data)
             return response
         finally:
             self._leave()
+
+    @staticmethod
+    def _trace_start(trace: Trace, model: LoadedModel, request: InferenceRequest) -> int:
+        trace.model_version = model.version_str
+        for tensor in request.inputs:
+            trace.tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data)
+        return time.monotonic_ns()
+
+    def start_trace(self, request: InferenceRequest, traceparent: str = "") -> Trace | None:
+        """A trace for this request when tracing samples it (the frontend stamps and finishes it)."""
+        if not self.tracer.enabled:
+            return None
+        trace = self.tracer.start(request.model_name, request.model_version, request.id, traceparent)
+        request.trace = trace
+        return trace
+
+    def trace_settings(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The trace extension: the settings (global, or of a model), changed first when `changes` is given."""
+        if model and self.registry.models.get(model) is None:
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        settings = (
+            self.tracer.update(changes, model) if changes is not None else self.tracer.settings_for(model)
+        )
+        return settings.to_json(self.tracer_otel)
 
     async def infer_stream(
         self, request: InferenceRequest, *, internal: bool = False
@@ -199,6 +243,7 @@ class Server:
     def close(self) -> None:
         self.live = False
         self.registry.close()
+        self.shared_memory.close()
 
 
 def _failure_reason(error: BaseException) -> str:

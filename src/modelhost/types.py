@@ -55,6 +55,8 @@ class InferenceRequest:
     # Scheduling parameters (Triton's reserved `priority` and `timeout`): 0 = the model's defaults.
     priority: int = 0
     timeout_us: int = 0
+    # The request's trace (modelhost.tracing.Trace) when tracing sampled it; set by the frontend.
+    trace: Any = None
 
 
 @dataclass(slots=True)

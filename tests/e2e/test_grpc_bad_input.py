@@ -434,10 +434,21 @@ CASES: dict[str, tuple[Any, grpc.StatusCode, str]] = {
         INVALID,
         "invalid value for 'classification' parameter, expected >= 0",
     ),
-    "shared memory input": (
+    "shared memory input without a byte size": (
         request(inputs=[{"name": "INPUT0", "params": {"shared_memory_region": "r"}}, I1]),
+        INVALID,
+        "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor "
+        "'INPUT0'",
+    ),
+    "shared memory input, client shared memory disabled": (
+        request(
+            inputs=[
+                {"name": "INPUT0", "params": {"shared_memory_region": "r", "shared_memory_byte_size": 64}},
+                I1,
+            ]
+        ),
         grpc.StatusCode.UNIMPLEMENTED,
-        "the system shared memory extension is not supported yet",
+        "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
     ),
 }
 
@@ -493,9 +504,11 @@ def test_other_rpcs_status_codes(stub: Any) -> None:
         NOT_FOUND,
         "Request for unknown model: 'nope' is not found",
     )
-    with pytest.raises(grpc.RpcError) as e:
-        stub.TraceSetting(service_pb2.TraceSettingRequest(), timeout=10)
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    expect_error(
+        lambda: stub.TraceSetting(service_pb2.TraceSettingRequest(model_name="nope"), timeout=10),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Request for unknown model : nope",
+    )
 
 
 @pytest.mark.parametrize("version", ["abc", "-1", "99999999999999999999"])

@@ -105,10 +105,12 @@ def test_load_unload_refused_in_none_mode(client: httpclient.InferenceServerClie
     assert e.value.status() == "503"
 
 
-def test_extensions_not_yet_supported_say_so(client: httpclient.InferenceServerClient) -> None:
-    with pytest.raises(InferenceServerException, match="trace extension is not supported yet") as e:
-        client.get_trace_settings()
-    assert e.value.status() == "501"
+def test_trace_settings_without_tracing_configured(client: httpclient.InferenceServerClient) -> None:
+    assert client.get_trace_settings()["trace_level"] == ["OFF"]
+    # Turning tracing on needs a trace file, which only the command line may name (Triton's words).
+    with pytest.raises(InferenceServerException, match="trace file name is not given") as e:
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+    assert e.value.status() == "400"
 
 
 def _simple_inputs(batch: int) -> list[httpclient.InferInput]:

@@ -13,6 +13,7 @@ from tritonclient.grpc import service_pb2
 
 from modelhost.datatypes import WIRE_ELEMENT_SIZE, WIRE_TO_NUMPY
 from modelhost.errors import InvalidArgument, Unsupported
+from modelhost.shared_memory import DISABLED, Lease
 from modelhost.tensor_codec import (
     array_from_raw,
     byte_size_mismatch,
@@ -171,7 +172,51 @@ def _typed_contents(tensor: Any, shape: list[int], model: str, request_id: str) 
         raise InvalidArgument(f"a value of input '{name}' is out of range for {datatype}") from e
 
 
-def decode_request(msg: Any) -> InferenceRequest:
+_SHM_KEYS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
+
+
+def _shm_window(params: Any, tensor: str, shm: Lease | None) -> tuple[str, int, int] | None:
+    """The region, offset and byte size a tensor's parameters name (None: not in shared memory), checked in
+    Triton's words (grpc/infer_handler.cc)."""
+    if not any(k in params for k in _SHM_KEYS):
+        return None
+    values: dict[str, Any] = {}
+    for key in _SHM_KEYS:
+        if key in params:
+            expected = "string_param" if key == "shared_memory_region" else "int64_param"
+            param = params[key]
+            if param.WhichOneof("parameter_choice") != expected:
+                raise InvalidArgument(
+                    f"invalid value type for '{key}' parameter for tensor '{tensor}', expected {expected}."
+                )
+            values[key] = getattr(param, expected)
+    if "shared_memory_region" not in values:
+        key = "shared_memory_offset" if "shared_memory_offset" in values else "shared_memory_byte_size"
+        raise InvalidArgument(
+            f"'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+        )
+    if "shared_memory_byte_size" not in values:
+        raise InvalidArgument(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor "
+            f"'{tensor}'"
+        )
+    if shm is None:
+        raise Unsupported(DISABLED)
+    shm.registry.check_allowed()
+    region = values["shared_memory_region"]
+    offset = values.get("shared_memory_offset", 0)
+    byte_size = values["shared_memory_byte_size"]
+    # Triton reads these as size_t: a negative value is a huge one.
+    if offset < 0:
+        raise InvalidArgument(f"Invalid offset for shared memory region: '{region}'")
+    if byte_size < 0:
+        raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{region}'")
+    return region, offset, byte_size
+
+
+def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
+    """`shm`: where inputs and outputs in shared memory are looked up (None: the extension is disabled); the
+    caller releases it once the answer is written."""
     # The hot path of every gRPC inference: each protobuf field is read once (a read builds a Python object), the
     # per-tensor checks of parameters run only when there are parameters at all, and repeated fields are sliced
     # into lists rather than iterated (iterating a upb container ends on a formatted IndexError, ~1 us each).
@@ -189,11 +234,30 @@ def decode_request(msg: Any) -> InferenceRequest:
             f"{len(tensors)} inputs"
         )
     inputs: list[Tensor] = []
-    for i, tensor in enumerate(tensors):
+    i = -1  # the raw_input_contents entry of the input: inputs in shared memory have none
+    for tensor in tensors:
         name, datatype, tensor_params = tensor.name, tensor.datatype, tensor.parameters
-        if tensor_params and "shared_memory_region" in tensor_params:
-            raise Unsupported("the system shared memory extension is not supported yet")
+        window = _shm_window(tensor_params, name, shm) if tensor_params else None
         has_contents = tensor.HasField("contents")
+        if window is not None:
+            if has_contents:
+                raise InvalidArgument(
+                    f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model "
+                    f"'{model}'"
+                )
+            for key in tensor_params:
+                if key.startswith("triton_"):
+                    raise _triton_reserved(request_level=False)
+            if datatype not in WIRE_TO_NUMPY:
+                raise InvalidArgument(f"invalid datatype for input {name}")
+            assert shm is not None
+            shape = tensor.shape[:]
+            view = shm.input(*window)
+            inputs.append(
+                Tensor(name, datatype, shape, array_from_raw(name, datatype, shape, view, model, request_id))
+            )
+            continue
+        i += 1
         if has_contents and n_raw:
             raise InvalidArgument(
                 f"contents field must not be specified when using raw_input_contents for '{name}' "
@@ -221,8 +285,12 @@ def decode_request(msg: Any) -> InferenceRequest:
         out_params = out.parameters
         count = 0
         if out_params:
-            if "shared_memory_region" in out_params:
-                raise Unsupported("the system shared memory extension is not supported yet")
+            window = _shm_window(out_params, out.name, shm)
+            if window is not None:
+                if "classification" in out_params:
+                    raise InvalidArgument("output can't set both 'shared_memory_region' and 'classification'")
+                assert shm is not None
+                shm.output(out.name, *window)
             for key in out_params:
                 if key.startswith("triton_"):
                     raise _triton_reserved(request_level=False)
@@ -248,7 +316,9 @@ def decode_request(msg: Any) -> InferenceRequest:
     )
 
 
-def encode_response(response: InferenceResponse) -> Any:
+def encode_response(response: InferenceResponse, shm: Lease | None = None) -> Any:
+    """An output requested in shared memory is written there, its raw_output_contents entry left empty (as in
+    Triton: the entries keep their indices)."""
     msg = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
@@ -257,7 +327,10 @@ def encode_response(response: InferenceResponse) -> Any:
         out.name = tensor.name
         out.datatype = tensor.datatype
         out.shape.extend(tensor.shape)
-        msg.raw_output_contents.append(raw_bytes(tensor.datatype, tensor.data))
+        if shm is not None and shm.outputs and shm.write(tensor.name, tensor.datatype, tensor.data):
+            msg.raw_output_contents.append(b"")
+        else:
+            msg.raw_output_contents.append(raw_bytes(tensor.datatype, tensor.data))
     for key, value in response.parameters.items():
         param = msg.parameters[key]
         if isinstance(value, bool):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -12,10 +13,12 @@ import grpc
 from google.protobuf import json_format  # type: ignore[import-untyped]
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from modelhost.errors import DecoupledModel, ModelhostError, Unsupported
+from modelhost.devices import gpu_count
+from modelhost.errors import DecoupledModel, InvalidArgument, ModelhostError, NotFound, Unsupported
 from modelhost.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
+from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED
 
 log = logging.getLogger("modelhost.grpc")
 T = TypeVar("T")
@@ -161,17 +164,45 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         return await _answer(context, f"unload of '{request.model_name}'", run)
 
     async def _infer_one(self, request: Any) -> Any:
-        core_request = decode_request(request)
-        return encode_response(await self.server.infer(core_request))
+        lease = self.server.shared_memory.lease()
+        try:
+            core_request = decode_request(request, lease)
+            return encode_response(await self.server.infer(core_request), lease)
+        finally:
+            lease.release()
 
     async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         # The hot path: no closure, no f-string unless it fails (what _answer costs the other RPCs).
+        lease = self.server.shared_memory.lease()
         try:
-            return encode_response(await self.server.infer(decode_request(request)))
+            if self.server.tracer.enabled:
+                return await self._traced_infer(request, context, lease)
+            return encode_response(await self.server.infer(decode_request(request, lease)), lease)
         except DecoupledModel as e:
             await _fail(context, f"inference of '{request.model_name}'", DecoupledModel(e.grpc_message))
         except ModelhostError as e:
             await _fail(context, f"inference of '{request.model_name}'", e)
+        finally:
+            lease.release()
+
+    async def _traced_infer(self, request: Any, context: grpc.aio.ServicerContext, lease: Any) -> Any:
+        """ModelInfer while tracing is on: a sampled request records the gRPC frontend's timestamps too."""
+        received = time.monotonic_ns()
+        core = decode_request(request, lease)
+        metadata = dict(context.invocation_metadata() or ())
+        trace = self.server.start_trace(core, str(metadata.get("traceparent", "")))
+        if trace is None:
+            return encode_response(await self.server.infer(core), lease)
+        try:
+            trace.stamp("GRPC_WAITREAD_START", received)
+            trace.stamp("GRPC_WAITREAD_END")
+            response = await self.server.infer(core)
+            trace.stamp("GRPC_SEND_START")
+            encoded = encode_response(response, lease)
+            trace.stamp("GRPC_SEND_END")
+            return encoded
+        finally:
+            self.server.tracer.finish(trace)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -188,8 +219,9 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         running: set[asyncio.Task[None]] = set()
 
         async def run(request: Any) -> None:
+            lease = self.server.shared_memory.lease()
             try:
-                core = decode_request(request)
+                core = decode_request(request, lease)
                 # 0..N responses (exactly one for a model that is not decoupled), each marked final or not; a
                 # final response without outputs is sent only when the request asks for it, as Triton does.
                 empty_final = core.parameters.get(EMPTY_FINAL_RESPONSE) is True
@@ -199,13 +231,15 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
                         continue
                     if response.outputs or empty_final:
                         answer = service_pb2.ModelStreamInferResponse(
-                            infer_response=encode_response(response)
+                            infer_response=encode_response(response, lease)
                         )
                         answers.put_nowait((answer, False))
                 answers.put_nowait((None, True))
             except ModelhostError as e:
                 log.info("streamed inference of '%s' failed: %s", request.model_name, e)
                 answers.put_nowait((e, True))
+            finally:
+                lease.release()
 
         async def read() -> None:
             async for request in request_iterator:
@@ -236,13 +270,74 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
             with contextlib.suppress(BaseException):
                 await reader
 
-    SystemSharedMemoryStatus = _not_yet("the system shared memory extension")
-    SystemSharedMemoryRegister = _not_yet("the system shared memory extension")
-    SystemSharedMemoryUnregister = _not_yet("the system shared memory extension")
-    CudaSharedMemoryStatus = _not_yet("the CUDA shared memory extension")
-    CudaSharedMemoryRegister = _not_yet("the CUDA shared memory extension")
-    CudaSharedMemoryUnregister = _not_yet("the CUDA shared memory extension")
-    TraceSetting = _not_yet("the trace extension")
+    async def SystemSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            response = service_pb2.SystemSharedMemoryStatusResponse()
+            for region in self.server.shared_memory.status(request.name):
+                response.regions[region["name"]].CopyFrom(
+                    service_pb2.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+                )
+            return response
+
+        return await _answer(context, "system shared memory status", run)
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            self.server.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+            return service_pb2.SystemSharedMemoryRegisterResponse()
+
+        return await _answer(context, f"registration of shared memory region '{request.name}'", run)
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            self.server.shared_memory.unregister(request.name)
+            return service_pb2.SystemSharedMemoryUnregisterResponse()
+
+        return await _answer(context, f"unregistration of shared memory region '{request.name or '*'}'", run)
+
+    # CUDA shared memory: nothing is ever registered; registration is refused.
+    async def CudaSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            if request.name:
+                raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
+            return service_pb2.CudaSharedMemoryStatusResponse()
+
+        return await _answer(context, "CUDA shared memory status", run)
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            self.server.shared_memory.check_allowed()
+            raise Unsupported(CUDA_UNSUPPORTED if gpu_count() else CUDA_NO_GPU)
+
+        return await _answer(context, f"registration of CUDA shared memory region '{request.name}'", run)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            self.server.shared_memory.check_allowed()
+            return service_pb2.CudaSharedMemoryUnregisterResponse()
+
+        return await _answer(context, "CUDA shared memory unregistration", run)
+
+    async def TraceSetting(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def run() -> Any:
+            changes: dict[str, Any] | None = None
+            if request.settings:
+                changes = {}
+                for key, setting in request.settings.items():
+                    values = list(setting.value)
+                    if key == "trace_level":
+                        changes[key] = values or None
+                    elif len(values) > 1:
+                        raise InvalidArgument(f"expect only 1 value for '{key}'")
+                    else:  # no value: back to the global (model) or startup (global) value, as in Triton
+                        changes[key] = values[0] if values else None
+            settings = self.server.trace_settings(request.model_name, changes)
+            response = service_pb2.TraceSettingResponse()
+            for key, value in settings.items():
+                response.settings[key].value.extend(value if isinstance(value, list) else [value])
+            return response
+
+        return await _answer(context, "trace settings", run)
 
 
 class _GenericHandlersOnly:

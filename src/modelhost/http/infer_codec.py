@@ -18,6 +18,7 @@ from modelhost.datatypes import WIRE_TO_NUMPY
 from modelhost.errors import InvalidArgument, Unsupported
 from modelhost.io_specs import format_shape
 from modelhost.model import LoadedModel
+from modelhost.shared_memory import DISABLED, Lease
 from modelhost.tensor_codec import array_from_raw, element_count, id_prefix, raw_bytes
 from modelhost.types import (
     RESERVED_PARAMETERS,
@@ -42,6 +43,8 @@ class DecodedInfer:
     request: InferenceRequest
     # Outputs answered as binary: None = every output (raw binary requests and binary_data_output).
     binary_all: bool
+    # The shared-memory regions the request reads and writes; None when it uses none.
+    lease: Lease | None = None
 
 
 def _parse_error(field: str, reason: str) -> InvalidArgument:
@@ -163,9 +166,41 @@ def _json_data(
     return np.asarray(loose, dtype=target).reshape(shape)
 
 
+def _shm_parameter(params: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    value = params.get(key, default)
+    if value is not None and not _is_unsigned(value):
+        raise _parse_error(key, "attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return value
+
+
+def _shm_window(params: dict[str, Any], tensor: str, shm: Lease | None) -> tuple[str, int, int]:
+    """The region, offset and byte size a tensor's parameters name, checked as Triton checks them."""
+    if shm is None:
+        raise Unsupported(DISABLED)
+    shm.registry.check_allowed()
+    region = params["shared_memory_region"]
+    if not isinstance(region, str):
+        raise _parse_error("shared_memory_region", "attempt to access JSON non-string as string")
+    offset = _shm_parameter(params, "shared_memory_offset", 0)
+    byte_size = _shm_parameter(params, "shared_memory_byte_size")
+    if byte_size is None:
+        raise InvalidArgument(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor "
+            f"'{tensor}'"
+        )
+    assert offset is not None
+    return region, offset, byte_size
+
+
 def decode_json_request(
-    model_name: str, version: str, header: bytes | memoryview, binary: memoryview | None
+    model_name: str,
+    version: str,
+    header: bytes | memoryview,
+    binary: memoryview | None,
+    shm: Lease | None = None,
 ) -> DecodedInfer:
+    """`shm`: where inputs and outputs in shared memory are looked up (None: the extension is disabled); the
+    caller releases it once the answer is written, whether or not the request used any region."""
     try:
         doc = orjson.loads(header)
     except orjson.JSONDecodeError as e:
@@ -207,8 +242,11 @@ def decode_json_request(
                 f"'shared_memory_region' in 'parameters'. {but}"
             )
         if sources[0] == "shared_memory_region":
-            raise Unsupported("the system shared memory extension is not supported yet")
-        if sources[0] == "data":
+            region, shm_offset, shm_size = _shm_window(in_params, name, shm)
+            assert shm is not None
+            view = shm.input(region, shm_offset, shm_size)
+            data = array_from_raw(name, datatype, shape, view, model_name, request_id)
+        elif sources[0] == "data":
             data = _json_data(name, datatype, shape, raw["data"], model_name, request_id)
         else:
             size = in_params["binary_data_size"]
@@ -239,14 +277,20 @@ def decode_json_request(
         out_name = raw["name"]
         out_params = _object(raw.get("parameters"), "parameters", f"the 'parameters' of output '{out_name}'")
         _no_triton_keys(out_params)
-        if "shared_memory_region" in out_params:
-            raise Unsupported("the system shared memory extension is not supported yet")
         want_binary = out_params.get("binary_data")
         if want_binary is not None and not isinstance(want_binary, bool):
             raise _parse_error("binary_data", f"expected a boolean for output '{out_name}'")
         count = out_params.get("classification", 0)
         if not _is_unsigned(count):
             raise _parse_error("classification", f"expected an unsigned integer for output '{out_name}'")
+        if "shared_memory_region" in out_params:
+            region, shm_offset, shm_size = _shm_window(out_params, out_name, shm)
+            if "classification" in out_params:
+                raise InvalidArgument("Output can't set both 'shared_memory_region' and 'classification'")
+            if want_binary:
+                raise InvalidArgument("Output can't set both 'shared_memory_region' and 'binary_data'")
+            assert shm is not None
+            shm.output(out_name, region, shm_offset, shm_size)
         outputs.append(RequestedOutput(out_name, want_binary, count))
     request = InferenceRequest(
         model_name=model_name,
@@ -258,7 +302,7 @@ def decode_json_request(
         timeout_us=int(params.get("timeout", 0)),
         parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
     )
-    return DecodedInfer(request, binary_all)
+    return DecodedInfer(request, binary_all, shm)
 
 
 def decode_raw_request(model: LoadedModel, version: str, body: bytes) -> DecodedInfer:
@@ -306,9 +350,12 @@ def decode_raw_request(model: LoadedModel, version: str, body: bytes) -> Decoded
 
 
 def encode_response(
-    response: InferenceResponse, request: InferenceRequest, binary_all: bool
+    response: InferenceResponse, request: InferenceRequest, binary_all: bool, shm: Lease | None = None
 ) -> tuple[bytes, int | None]:
-    """The response body, and the JSON header length when binary outputs follow it (else None)."""
+    """The response body, and the JSON header length when binary outputs follow it (else None).
+
+    An output requested in shared memory is written there and answered with its metadata only, as Triton does.
+    """
     wanted = {o.name: o.binary for o in request.outputs}
     outputs: list[dict[str, Any]] = []
     blobs: list[bytes] = []
@@ -316,7 +363,9 @@ def encode_response(
         choice = wanted.get(tensor.name)
         binary = binary_all if choice is None else choice
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
-        if binary:
+        if shm is not None and shm.write(tensor.name, tensor.datatype, tensor.data):
+            pass
+        elif binary:
             blob = raw_bytes(tensor.datatype, tensor.data)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)

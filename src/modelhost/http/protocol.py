@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -43,6 +44,7 @@ class HttpRequest:
     body: bytes
     # Set when the body was larger than the limit: the handler answers with an error without reading it.
     too_large: bool = False
+    received_ns: int = 0  # time.monotonic_ns() when the request began to arrive (HTTP_RECV_START of a trace)
 
 
 @dataclass(slots=True)
@@ -81,6 +83,7 @@ class HttpProtocol(asyncio.Protocol):
         self.body_parts: list[bytes] = []
         self.body_size = 0
         self.too_large = False
+        self.received_ns = 0
 
     # -- asyncio.Protocol --------------------------------------------------------------------------------------
 
@@ -112,6 +115,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._reset()
+        self.received_ns = time.monotonic_ns()
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -142,7 +146,7 @@ class HttpProtocol(asyncio.Protocol):
         path, _, query = self.url.decode("latin-1").partition("?")
         method = self.parser.get_method().decode("ascii", "replace")
         body = self.body_parts[0] if len(self.body_parts) == 1 else b"".join(self.body_parts)
-        request = HttpRequest(method, path, query, self.headers, body, self.too_large)
+        request = HttpRequest(method, path, query, self.headers, body, self.too_large, self.received_ns)
         keep_alive = self.parser.should_keep_alive() and not self.too_large
         self.pending.append((request, keep_alive))
         if len(self.pending) >= _MAX_PIPELINED and self.transport and not self.reading_paused:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from typing import cast
 from urllib.parse import unquote
 
 import orjson
 
-from modelhost.errors import InternalError, InvalidArgument, ModelhostError
+from modelhost.devices import gpu_count
+from modelhost.errors import InternalError, InvalidArgument, ModelhostError, NotFound, Unsupported
 from modelhost.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
 from modelhost.http.infer_codec import DecodedInfer, decode_json_request, decode_raw_request, encode_response
 from modelhost.http.protocol import HttpRequest, HttpResponse, error_response
 from modelhost.server import Server
+from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED, Lease
 from modelhost.types import InferenceResponse
 
 log = logging.getLogger("modelhost.http")
@@ -28,9 +31,6 @@ _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(lo
 _LARGE_BODY = 1 << 20
 _LARGE_OUTPUT_ELEMENTS = 1 << 18
 _SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
-_NOT_YET = {
-    "/v2/trace/setting": "the trace extension",
-}
 
 
 def _ok() -> HttpResponse:
@@ -93,9 +93,9 @@ class HttpRoutes:
             action = m.group(4) or "index"
             return await self._repository(request, m.group(1), action, unquote(m.group(3) or ""))
         if m := _SHARED_MEMORY.fullmatch(path):
-            return error_response(501, f"the {m.group(1)} shared memory extension is not supported yet")
-        if path in _NOT_YET:
-            return error_response(501, f"{_NOT_YET[path]} is not supported yet")
+            return self._shared_memory(request, m.group(1), unquote(m.group(2) or ""), m.group(3))
+        if path == "/v2/trace/setting":
+            return self._trace_settings(request)
         return error_response(404, "Not Found")
 
     def _too_large(self, request: HttpRequest, decompressed: bool = False) -> InvalidArgument:
@@ -139,7 +139,56 @@ class HttpRoutes:
             return error_response(501, "the generate extension is not supported yet")
         if action == "stats":
             return self._statistics(name, version)
-        return error_response(501, "the trace extension is not supported yet")
+        if version:
+            raise InvalidArgument("trace settings are per model, not per model version")
+        return self._trace_settings(request, name)
+
+    def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
+        """The system_shared_memory extension; CUDA shared memory has nothing registered and refuses registration."""
+        if request.method != ("GET" if action == "status" else "POST"):
+            return _method_not_allowed()
+        registry = self.server.shared_memory
+        if kind == "cuda":
+            if action != "status":
+                registry.check_allowed()
+            if action == "register":
+                raise Unsupported(CUDA_UNSUPPORTED if gpu_count() else CUDA_NO_GPU)
+            if action == "status" and region:
+                raise NotFound(f"Unable to find cuda shared memory region: '{region}'")
+            return _json([]) if action == "status" else _ok()
+        if action == "status":
+            return _json(registry.status(region))
+        if action == "unregister":
+            registry.unregister(region)
+            return _ok()
+        registry.check_allowed()
+        if not region:
+            raise InvalidArgument("'region name' is necessary to register system shared memory region")
+        doc = self._json_object(request, "shared memory register request")
+        key = doc.get("key")
+        if key is None:
+            raise InvalidArgument("Shared memory register request has no 'key' field")
+        if not isinstance(key, str):
+            raise InvalidArgument("Unable to parse 'key': attempt to access JSON non-string as string")
+        byte_size = doc.get("byte_size")
+        if byte_size is None:
+            raise InvalidArgument("Shared memory register request has no 'byte_size' field")
+        offset = doc.get("offset", 0)
+        for field, value in (("offset", offset), ("byte_size", byte_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+                raise InvalidArgument(
+                    f"Unable to parse '{field}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+                )
+        registry.register(region, key, cast(int, offset), cast(int, byte_size))
+        return _ok()
+
+    def _trace_settings(self, request: HttpRequest, model: str = "") -> HttpResponse:
+        """The trace extension: GET or POST /v2[/models/{m}]/trace/setting."""
+        if request.method == "GET":
+            return _json(self.server.trace_settings(model))
+        if request.method != "POST":
+            return _method_not_allowed()
+        return _json(self.server.trace_settings(model, self._json_object(request, "trace settings")))
 
     def _logging(self, request: HttpRequest) -> HttpResponse:
         if request.method == "GET":
@@ -196,10 +245,18 @@ class HttpRoutes:
         return request.body
 
     def _decode(self, request: HttpRequest, name: str, version: str) -> DecodedInfer:
+        lease = self.server.shared_memory.lease()
+        try:
+            return self._decode_with(request, name, version, lease)
+        except BaseException:
+            lease.release()
+            raise
+
+    def _decode_with(self, request: HttpRequest, name: str, version: str, lease: Lease) -> DecodedInfer:
         body = self._body(request)
         header_length = request.headers.get("inference-header-content-length")
         if header_length is None:
-            return decode_json_request(name, version, body, None)
+            return decode_json_request(name, version, body, None, lease)
         if not header_length.strip().isdigit() or int(header_length) > len(body):
             raise InvalidArgument(
                 f"inference header size should be in range (0, {len(body)}), got: {header_length}"
@@ -208,11 +265,13 @@ class HttpRoutes:
         if length == 0:
             return decode_raw_request(self.server.registry.get(name, version), version, body)
         view = memoryview(body)
-        return decode_json_request(name, version, view[:length], view[length:])
+        return decode_json_request(name, version, view[:length], view[length:], lease)
 
     def _encode(self, name: str, response: InferenceResponse, decoded: DecodedInfer) -> HttpResponse:
         try:
-            payload, json_length = encode_response(response, decoded.request, decoded.binary_all)
+            payload, json_length = encode_response(
+                response, decoded.request, decoded.binary_all, decoded.lease
+            )
         except ModelhostError:
             raise
         except Exception as e:
@@ -233,7 +292,23 @@ class HttpRoutes:
             decoded = await asyncio.to_thread(self._decode, request, name, version)
         else:
             decoded = self._decode(request, name, version)
-        response = await self.server.infer(decoded.request)  # a decoupled model: Triton's HTTP refusal
-        if sum(t.data.size for t in response.outputs) > _LARGE_OUTPUT_ELEMENTS:
-            return await asyncio.to_thread(self._encode, name, response, decoded)
-        return self._encode(name, response, decoded)
+        trace = self.server.start_trace(decoded.request, request.headers.get("traceparent", ""))
+        if trace is not None:
+            trace.stamp("HTTP_RECV_START", request.received_ns)
+            trace.stamp("HTTP_RECV_END")
+        try:
+            response = await self.server.infer(decoded.request)  # a decoupled model: Triton's HTTP refusal
+            if trace is not None:
+                trace.stamp("HTTP_SEND_START")
+            if sum(t.data.size for t in response.outputs) > _LARGE_OUTPUT_ELEMENTS:
+                encoded = await asyncio.to_thread(self._encode, name, response, decoded)
+            else:
+                encoded = self._encode(name, response, decoded)
+            if trace is not None:
+                trace.stamp("HTTP_SEND_END")
+            return encoded
+        finally:
+            if decoded.lease is not None:
+                decoded.lease.release()
+            if trace is not None:
+                self.server.tracer.finish(trace)

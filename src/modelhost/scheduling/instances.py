@@ -12,6 +12,12 @@ hundreds of microseconds on a busy host (measured: ~85 us on 2 cores), more than
 So the pool times every execution, and while a model's typical execution is shorter than that hand-off and the
 request's inputs are small, it runs on the event loop thread itself: the same instance, the same exclusivity,
 without the two thread switches.
+
+Rate limiting (scheduling/rate_limiter.py): with the limiter on and instances that ask it for resources, an
+instance that is handed a job (`start`, `start_jobs`) first stages it with the limiter and runs it once granted
+its resources; it holds them until the execution ends (`release`). Waiting for an instance is unchanged, and
+nothing is held while a batcher forms a batch. Pools of models that ask for no resources, and every pool with
+the limiter off, never reach the limiter.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from modelhost.backends.base import Arrays, ModelInstance
+from modelhost.scheduling.rate_limiter import InstanceNeeds, RateLimiter, Slot
 from modelhost.scheduling.responses import ResponseSink
 from modelhost.stats import RequestTiming
 from modelhost.types import InferenceRequest
@@ -59,6 +66,10 @@ class Worker:
         self.requests = instance if isinstance(instance, RequestLevelInstance) else None
         self.batches = None if isinstance(instance, RequestLevelInstance) else instance
         self.spare = False
+        # The instance's place with the rate limiter, when its pool is rate limited, and whether it holds its
+        # resources now (from the limiter's grant to the end of the execution).
+        self.slot: Slot | None = None
+        self.granted = False
         # One thread per instance: an instance is never entered by two threads at once. A request-level instance
         # (a python model's stub process) is driven from the event loop and needs none.
         self.thread = (
@@ -98,13 +109,34 @@ JobOutcomes = list[Arrays | BaseException]
 
 
 class InstancePool:
-    def __init__(self, instances: list[ModelInstance] | list[RequestLevelInstance]) -> None:
+    def __init__(
+        self,
+        instances: list[ModelInstance] | list[RequestLevelInstance],
+        limiter: RateLimiter | None = None,
+        needs: list[InstanceNeeds] | None = None,
+    ) -> None:
+        """`needs`: what each instance asks of `limiter` (None or no resources anywhere: not rate limited).
+        Raises ModelConfigError when the limiter cannot serve them."""
+        # Rate limited: only when some instance asks for resources (one that asks for none never waits).
+        limited = limiter is not None and needs is not None and any(n.resources for n in needs)
+        self._limiter = limiter if limited else None
+        self._slots: list[Slot] = []
+        if self._limiter is not None:
+            assert needs is not None and len(needs) == len(instances)
+            self._slots = self._limiter.register(needs)
         # An instance may take a next job while it runs one (a python stub, which runs them one after the
         # other): a worker per place in its pipeline, so the next job is already there when the first ends.
         # These spare workers are used only when every instance already has a job: a job never waits behind
-        # another on one instance while a second instance sits idle.
+        # another on one instance while a second instance sits idle. None when rate limited: a job queued in
+        # a stub behind another would hold resources without executing.
         self._workers = [Worker(i) for i in instances]
-        self._spares = [Worker(i) for i in instances for _ in range(getattr(i, "pipeline_depth", 1) - 1)]
+        for worker, slot in zip(self._workers, self._slots, strict=False):
+            worker.slot = slot
+        self._spares = [
+            Worker(i)
+            for i in instances
+            for _ in range(0 if self._limiter is not None else getattr(i, "pipeline_depth", 1) - 1)
+        ]
         for spare in self._spares:
             spare.spare = True
         self.request_level = bool(self._workers) and self._workers[0].requests is not None
@@ -181,6 +213,9 @@ class InstancePool:
 
     def release(self, worker: Worker) -> None:
         """Give the instance to the first live waiter, or back to the idle stack."""
+        if worker.granted:
+            self._release_resources(worker)
+            return
         pinned = self._pinned.get(id(worker))
         while pinned:
             claimant = pinned.popleft()
@@ -205,6 +240,31 @@ class InstancePool:
                 return
         (self._idle_spares if worker.spare else self._idle).append(worker)
 
+    def _release_resources(self, worker: Worker) -> None:
+        """The end of a rate-limited execution: its resources go back, the instance to its next waiter (whose
+        job is staged before the limiter grants anything, so that it competes), then the limiter grants."""
+        assert self._limiter is not None and worker.slot is not None
+        worker.granted = False
+        self._limiter.release(worker.slot)
+        self.release(worker)
+        self._limiter.dispatch()
+
+    def _when_granted(self, worker: Worker, begin: Callable[[], None], result: asyncio.Future[Any]) -> None:
+        """Stage the job `begin` starts with the limiter; it starts once `worker` holds its resources."""
+        assert self._limiter is not None and worker.slot is not None
+
+        def granted() -> None:
+            worker.granted = True
+            try:
+                begin()
+            except Exception as e:  # it never started: its resources must not stay held
+                self.release(worker)
+                if not result.done():
+                    result.set_exception(e)
+
+        self._limiter.stage(worker.slot, granted)
+        self._limiter.dispatch()
+
     def _pop_idle(self) -> Worker:
         return self._idle.pop() if self._idle else self._idle_spares.pop()
 
@@ -222,6 +282,9 @@ class InstancePool:
 
     def start(self, worker: Worker, job: Job, result: asyncio.Future[Arrays], queued_ns: int = 0) -> None:
         """Run `job` on `worker` (inline or on its thread), resolve `result`, then release the instance."""
+        if self._limiter is not None and not worker.granted:
+            self._when_granted(worker, lambda: self.start(worker, job, result, queued_ns), result)
+            return
         if queued_ns:
             job.timing.queue_ns = time.perf_counter_ns() - queued_ns
         if worker.requests is not None:
@@ -266,6 +329,9 @@ class InstancePool:
 
     def start_jobs(self, worker: Worker, jobs: list[Job], result: asyncio.Future[JobOutcomes]) -> None:
         """Run requests on a request-level instance; `result` gets one outcome per job, in order."""
+        if self._limiter is not None and not worker.granted:
+            self._when_granted(worker, lambda: self.start_jobs(worker, jobs, result), result)
+            return
         self._submit(worker, jobs, lambda outcomes: None if result.done() else result.set_result(outcomes))
 
     def _submit(self, worker: Worker, jobs: list[Job], answer: Callable[[JobOutcomes], None]) -> None:
@@ -292,6 +358,8 @@ class InstancePool:
         return await result
 
     def close(self) -> None:
+        if self._limiter is not None:
+            self._limiter.unregister(self._slots)
         closed: set[int] = set()
         for worker in self._workers + self._spares:
             if id(worker.instance) not in closed:

@@ -1,0 +1,146 @@
+"""Where finished traces go: Triton's JSON trace files (mode `triton`), or OpenTelemetry spans over OTLP/HTTP
+(mode `opentelemetry`, with the `tracing` extra installed)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from modelhost.tracing.settings import OpenTelemetrySettings
+from modelhost.tracing.tracer import Trace
+
+log = logging.getLogger("modelhost.tracing")
+
+
+def _number(value: Any) -> str:
+    """A tensor element as Triton writes it: 1 for 1.0, 8.5 for 8.5."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def trace_objects(trace: Trace) -> list[dict[str, Any]]:
+    """A trace as the objects Triton writes for it: its identity, each timestamp in an object of its own, and at
+    level TENSORS the input and output tensors (alone at level TENSORS without TIMESTAMPS, as in Triton)."""
+    objects: list[dict[str, Any]] = []
+    if "TIMESTAMPS" in trace.settings.level:
+        info: dict[str, Any] = {
+            "id": trace.id,
+            "model_name": trace.model_name,
+            "model_version": int(trace.model_version)
+            if trace.model_version.isdigit()
+            else trace.model_version,
+        }
+        if trace.request_id:
+            info["request_id"] = trace.request_id
+        if trace.parent_id:
+            info["parent_id"] = trace.parent_id
+        objects.append(info)
+        objects.extend({"id": trace.id, "timestamps": [{"name": n, "ns": ns}]} for n, ns in trace.timestamps)
+    for activity, name, datatype, shape, data in trace.tensors:
+        tensor = {"name": name, "data": ",".join(_number(v) for v in data), "shape": ",".join(map(str, shape)),
+                  "dtype": datatype}  # fmt: skip
+        objects.append({"id": trace.id, "activity": activity, "tensor": tensor})
+    return objects
+
+
+class TritonFileSink:
+    """Triton's trace files: with `log_frequency` 0 every trace goes to `file`, written when the server stops;
+    with n > 0, each n traces go to `<file>.<index>` (0, 1, ...) as soon as they are complete, and the rest to
+    the next index at stop."""
+
+    def __init__(self, file: str, log_frequency_of: Any) -> None:
+        self.file = Path(file)
+        self.log_frequency_of = log_frequency_of  # () -> int: the setting can change at run time
+        self.pending: list[dict[str, Any]] = []
+        self.traces = 0
+        self.index = 0
+
+    def add(self, trace: Trace) -> None:
+        self.pending.extend(trace_objects(trace))
+        self.traces += 1
+        frequency = int(self.log_frequency_of())
+        if (frequency > 0 and self.traces >= frequency) or trace.last:
+            self._write(Path(f"{self.file}.{self.index}"))
+            self.index += 1
+
+    def close(self) -> None:
+        if not self.pending and (self.index or not self.traces):
+            return
+        frequency = int(self.log_frequency_of())
+        self._write(self.file if frequency == 0 and self.index == 0 else Path(f"{self.file}.{self.index}"))
+
+    def _write(self, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.pending, indent=1))
+        except OSError as e:
+            log.error("failed to write trace file %s: %s", path, e)
+        self.pending = []
+        self.traces = 0
+
+
+class OpenTelemetrySink:
+    """One span per traced request, with the timestamps as span events, exported in batches over OTLP/HTTP. The
+    client's W3C `traceparent` makes the span a child of the caller's."""
+
+    def __init__(self, settings: OpenTelemetrySettings, exporter: Any = None) -> None:
+        try:
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        except ImportError as e:  # checked at startup: the CLI refuses the mode without the extra
+            raise RuntimeError(
+                "tracing mode opentelemetry needs the 'tracing' extra: pip install 'modelhost[tracing]'"
+            ) from e
+        if exporter is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter = OTLPSpanExporter(endpoint=settings.url)
+        resource = Resource.create({"service.name": "triton-inference-server", **settings.resource})
+        self.provider = TracerProvider(resource=resource)
+        batch = settings.batch
+        self.provider.add_span_processor(
+            BatchSpanProcessor(
+                exporter,
+                max_queue_size=batch.get("bsp_max_queue_size"),
+                schedule_delay_millis=batch.get("bsp_schedule_delay"),
+                max_export_batch_size=batch.get("bsp_max_export_batch_size"),
+            )
+        )
+        self.tracer = self.provider.get_tracer("modelhost")
+        self.propagator = TraceContextTextMapPropagator()
+        # Steady-clock timestamps to wall-clock ones, which spans carry.
+        self.offset = time.time_ns() - time.monotonic_ns()
+
+    def add(self, trace: Trace) -> None:
+        if not trace.timestamps:
+            return
+        parent = self.propagator.extract({"traceparent": trace.traceparent}) if trace.traceparent else None
+        start = trace.timestamps[0][1] + self.offset
+        span = self.tracer.start_span(
+            "InferRequest",
+            context=parent,
+            start_time=start,
+            attributes={
+                "triton.model_name": trace.model_name,
+                "triton.model_version": trace.model_version,
+                "triton.trace_id": trace.id,
+                "triton.request_id": trace.request_id,
+            },
+        )
+        for name, ns in trace.timestamps:
+            span.add_event(name, timestamp=ns + self.offset)
+        span.end(end_time=trace.timestamps[-1][1] + self.offset)
+
+    def close(self) -> None:
+        self.provider.shutdown()  # flushes what is batched
+
+
+__all__ = ["OpenTelemetrySink", "TritonFileSink", "trace_objects"]

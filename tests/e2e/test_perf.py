@@ -1,0 +1,184 @@
+"""`python -m modelhost perf` as users run it, against a real server serving the `simple` example.
+
+Short sweeps (-p 300, at most 3 windows per level): the tests check what is reported, never how fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.models import copy_examples
+from e2e.server_process import RunningServer, free_ports, running_server
+
+CSV_HEADER = [
+    "Concurrency",
+    "Inferences/Second",
+    "Client Send",
+    "Network+Server Send/Recv",
+    "Server Queue",
+    "Server Compute Input",
+    "Server Compute Infer",
+    "Server Compute Output",
+    "Client Recv",
+    "p50 latency",
+    "p90 latency",
+    "p95 latency",
+    "p99 latency",
+]
+SHORT = ["-p", "300", "-r", "3", "--processes", "1"]
+
+
+@pytest.fixture(scope="module")
+def perf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    repo = tmp_path_factory.mktemp("perf_repo")
+    copy_examples(repo, "simple")
+    log = tmp_path_factory.mktemp("perf_log") / "server.log"
+    with running_server([repo], log) as running:
+        yield running
+
+
+def perf(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "modelhost", "perf", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def read_csv(path: Path) -> list[list[str]]:
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_http_sweep_writes_csv_export_and_plot(perf_server: RunningServer, tmp_path: Path) -> None:
+    out = perf(
+        "-m",
+        "simple",
+        "-u",
+        perf_server.http_url,
+        *SHORT,
+        "--concurrency-range",
+        "1:2",
+        "-f",
+        str(tmp_path / "perf.csv"),
+        "--profile-export-file",
+        str(tmp_path / "export.json"),
+        "--plot",
+        str(tmp_path / "plot"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Request concurrency: 1" in out.stdout and "Request concurrency: 2" in out.stdout
+    assert "Avg HTTP time:" in out.stdout and "Avg request latency:" in out.stdout
+    assert "Inferences/Second vs. Client Average Batch Latency" in out.stdout
+    rows = read_csv(tmp_path / "perf.csv")
+    assert rows[0] == CSV_HEADER
+    assert sorted(row[0] for row in rows[1:]) == ["1", "2"]
+    for row in rows[1:]:
+        assert len(row) == len(CSV_HEADER)
+        assert float(row[1]) > 0
+        assert all(int(cell) >= 0 for cell in row[2:])
+        assert int(row[6]) > 0  # the server's compute infer time, from the statistics API
+    exported = json.loads((tmp_path / "export.json").read_text())
+    assert [e["experiment"] for e in exported["experiments"]] == [
+        {"mode": "concurrency", "value": 1},
+        {"mode": "concurrency", "value": 2},
+    ]
+    for experiment in exported["experiments"]:
+        assert experiment["requests"]
+        request = experiment["requests"][0]
+        assert request["response_timestamps"][0] >= request["timestamp"]
+        assert experiment["summary"]["server"]["success_count"] > 0
+    assert (tmp_path / "plot.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_grpc_with_percentile(perf_server: RunningServer, tmp_path: Path) -> None:
+    out = perf(
+        "-m",
+        "simple",
+        "-i",
+        "grpc",
+        "-u",
+        perf_server.grpc_url,
+        *SHORT,
+        "--percentile",
+        "95",
+        "-b",
+        "2",
+        "-f",
+        str(tmp_path / "perf.csv"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Stabilizing using p95 latency" in out.stdout
+    assert "Avg gRPC time:" in out.stdout
+    assert "Client p95 Batch Latency" in out.stdout
+    rows = read_csv(tmp_path / "perf.csv")
+    assert rows[0] == CSV_HEADER and len(rows) == 2
+
+
+def test_request_rate_with_json_input_data(perf_server: RunningServer, tmp_path: Path) -> None:
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [{"INPUT0": list(range(16)), "INPUT1": [1] * 16}]}))
+    out = perf(
+        "-m",
+        "simple",
+        "-u",
+        perf_server.http_url,
+        *SHORT,
+        "--request-rate-range",
+        "50:100:50",
+        "--request-distribution",
+        "poisson",
+        "--input-data",
+        str(data),
+        "--input-tensor-format",
+        "json",
+        "--output-tensor-format",
+        "json",
+        "-f",
+        str(tmp_path / "perf.csv"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Request Rate: 50" in out.stdout and "Request Rate: 100" in out.stdout
+    rows = read_csv(tmp_path / "perf.csv")
+    assert rows[0] == ["Request Rate", *CSV_HEADER[1:]]
+    assert sorted(float(row[0]) for row in rows[1:]) == [50, 100]
+
+
+def one_line_error(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode not in (0, 2), out.stdout
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_dead_server(protocol: str) -> None:
+    (port,) = free_ports(1)
+    line = one_line_error(perf("-m", "simple", "-i", protocol, "-u", f"localhost:{port}", *SHORT))
+    assert line.startswith("modelhost perf: error: cannot reach the server")
+
+
+def test_unknown_model(perf_server: RunningServer) -> None:
+    line = one_line_error(perf("-m", "nosuch", "-u", perf_server.http_url, *SHORT))
+    assert "nosuch" in line and "unknown model" in line
+    line = one_line_error(perf("-m", "nosuch", "-i", "grpc", "-u", perf_server.grpc_url, *SHORT))
+    assert "nosuch" in line
+
+
+def test_bad_input_data_and_flags(perf_server: RunningServer, tmp_path: Path) -> None:
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [{"INPUT0": [1, 2, 3], "INPUT1": [1] * 16}]}))
+    line = one_line_error(perf("-m", "simple", "-u", perf_server.http_url, "--input-data", str(data)))
+    assert "entry 1, input INPUT0: 3 elements" in line
+    out = perf("-m", "simple", "--concurrency-range", "x")
+    assert out.returncode == 2 and "usage: modelhost perf" in out.stderr

@@ -1,0 +1,223 @@
+"""Tracing end to end: Triton's trace files, the trace settings API over HTTP and gRPC, and OpenTelemetry spans
+sent to a collector the test runs on loopback. Expected shapes and words are the reference tritonserver's (2.51)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from e2e.clients import failure
+from e2e.models import add_identity
+from e2e.server_process import RunningServer, running_server
+
+HTTP_STAMPS = [
+    "HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
+    "COMPUTE_OUTPUT_START", "INFER_RESPONSE_COMPLETE", "COMPUTE_END", "REQUEST_END", "HTTP_SEND_START",
+    "HTTP_SEND_END",
+]  # fmt: skip
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _inputs(module: Any, value: float = 1.0) -> list[Any]:
+    tensor = module.InferInput("INPUT0", [1, 4], "FP32")
+    tensor.set_data_from_numpy(np.full((1, 4), value, dtype=np.float32))
+    return [tensor]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("trace_repo")
+    add_identity(root, "identity", "FP32", dims="[ 4 ]")
+    add_identity(root, "other", "FP32", dims="[ 4 ]")
+    return root
+
+
+class TraceFileServer:
+    def __init__(self, server: RunningServer, trace_file: Path) -> None:
+        self.server = server
+        self.trace_file = trace_file
+
+    def settings_url(self, model: str = "") -> str:
+        return f"http://{self.server.http_url}/v2{f'/models/{model}' if model else ''}/trace/setting"
+
+
+@pytest.fixture(scope="module")
+def traced(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceFileServer]:
+    trace_file = tmp_path_factory.mktemp("traces") / "trace.json"
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    flags = [
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+        f"--trace-config=triton,file={trace_file}",
+    ]
+    with running_server([repo], log, *flags) as server:
+        yield TraceFileServer(server, trace_file)
+
+
+def test_settings_from_the_flags(traced: TraceFileServer) -> None:
+    assert requests.get(traced.settings_url(), timeout=10).json() == {
+        "trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "-1", "log_frequency": "0",
+        "trace_file": str(traced.trace_file), "trace_mode": "triton",
+    }  # fmt: skip
+    assert requests.get(traced.settings_url("identity"), timeout=10).json()["trace_rate"] == "1"
+    assert "trace" in requests.get(f"http://{traced.server.http_url}/v2", timeout=10).json()["extensions"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"trace_rate": "abc"}, 400, "Unable to parse 'trace_rate', got: abc"),
+        ({"trace_rate": "0"}, 400, "Attempting to set invalid trace setting :sample rate must be non-zero"),
+        ({"trace_count": "-5"}, 400, "Unable to parse 'trace_count'. Expecting value >= -1, got: -5"),
+        ({"trace_level": ["OFF", "TIMESTAMPS"]}, 400, "Expect only one trace level 'OFF' is specified"),
+        (
+            {"trace_file": "/tmp/elsewhere.json"},
+            501,
+            "trace file location can not be updated through network protocol",
+        ),
+        # Triton answers these 200 and ignores them, or 500: modelhost says what is wrong.
+        ({"trace_level": ["BOGUS"]}, 400, "invalid trace level 'BOGUS'"),
+        ({"trace_rate": 5}, 400, "trace setting 'trace_rate' must be a string"),
+        ({"unknown_key": "1"}, 400, "unknown trace setting 'unknown_key'"),
+    ],
+)
+def test_bad_settings_are_refused_and_change_nothing(
+    traced: TraceFileServer, body: dict[str, Any], status: int, message: str
+) -> None:
+    before = requests.get(traced.settings_url(), timeout=10).json()
+    response = requests.post(traced.settings_url(), json=body, timeout=10)
+    assert response.status_code == status
+    assert message in response.json()["error"]
+    assert requests.get(traced.settings_url(), timeout=10).json() == before
+
+
+def test_unknown_models_and_versions(traced: TraceFileServer) -> None:
+    response = requests.get(traced.settings_url("nosuch"), timeout=10)
+    assert (response.status_code, response.json()) == (400, {"error": "Request for unknown model : nosuch"})
+    url = f"http://{traced.server.http_url}/v2/models/identity/versions/1/trace/setting"
+    assert requests.get(url, timeout=10).status_code == 400
+
+
+def test_a_model_setting_overrides_one_field_and_null_goes_back(traced: TraceFileServer) -> None:
+    assert (
+        requests.post(traced.settings_url("other"), json={"trace_rate": "3"}, timeout=10).json()["trace_rate"]
+        == "3"
+    )
+    assert requests.get(traced.settings_url(), timeout=10).json()["trace_rate"] == "1"
+    back = requests.post(traced.settings_url("other"), json={"trace_rate": None}, timeout=10).json()
+    assert back["trace_rate"] == "1"
+
+
+def test_grpc_trace_settings(traced: TraceFileServer) -> None:
+    client = grpcclient.InferenceServerClient(traced.server.grpc_url)
+    try:
+        settings = client.get_trace_settings(as_json=True)["settings"]
+        assert settings["trace_level"]["value"] == ["TIMESTAMPS"]
+        updated = client.update_trace_settings("other", {"trace_count": "7"}, as_json=True)["settings"]
+        assert updated["trace_count"]["value"] == ["7"]
+        with pytest.raises(Exception) as caught:
+            client.update_trace_settings(settings={"trace_rate": "abc"})
+        assert "Unable to parse 'trace_rate', got: abc" in str(caught.value)
+        error = failure(lambda: client.update_trace_settings(settings={"trace_file": "/tmp/x"}))
+        assert error.status() == str(grpc.StatusCode.UNIMPLEMENTED)
+        client.update_trace_settings("other", {"trace_count": None})
+    finally:
+        client.close()
+
+
+def test_trace_file_written_at_shutdown(traced: TraceFileServer) -> None:
+    http = httpclient.InferenceServerClient(traced.server.http_url)
+    http.infer("identity", _inputs(httpclient), request_id="r1", headers={"traceparent": TRACEPARENT})
+    http.close()
+    grpc_client = grpcclient.InferenceServerClient(traced.server.grpc_url)
+    grpc_client.infer("identity", _inputs(grpcclient), request_id="g1")
+    grpc_client.close()
+    assert not traced.trace_file.exists()  # log-frequency 0: written when the server stops
+    assert traced.server.stop() == 0
+    objects = json.loads(traced.trace_file.read_text())
+    by_id: dict[int, list[dict[str, Any]]] = {}
+    for item in objects:
+        by_id.setdefault(item["id"], []).append(item)
+    infos = [items[0] for items in by_id.values()]
+    assert {"id": infos[0]["id"], "model_name": "identity", "model_version": 1, "request_id": "r1"} in infos
+    http_trace = next(items for items in by_id.values() if items[0].get("request_id") == "r1")
+    stamps = [item["timestamps"][0] for item in http_trace[1:]]
+    assert [s["name"] for s in stamps] == HTTP_STAMPS
+    assert all(len(item["timestamps"]) == 1 for item in http_trace[1:])
+    times = {s["name"]: s["ns"] for s in stamps}
+    assert (
+        times["HTTP_RECV_START"] <= times["REQUEST_START"] <= times["REQUEST_END"] <= times["HTTP_SEND_END"]
+    )
+    grpc_trace = next(items for items in by_id.values() if items[0].get("request_id") == "g1")
+    names = [item["timestamps"][0]["name"] for item in grpc_trace[1:]]
+    assert names[0] == "GRPC_WAITREAD_START" and names[-1] == "GRPC_SEND_END"
+
+
+# --- OpenTelemetry, to a collector on loopback
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    spans: list[Any] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource_spans in request.resource_spans:
+            for scope in resource_spans.scope_spans:
+                type(self).spans.extend(scope.spans)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def collector() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{httpd.server_address[1]}/v1/traces"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_opentelemetry_spans_reach_the_collector_as_children_of_the_caller(
+    repo: Path, collector: str, tmp_path: Path
+) -> None:
+    flags = [
+        "--trace-config=mode=opentelemetry",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+        f"--trace-config=opentelemetry,url={collector}",
+        "--trace-config=opentelemetry,bsp_schedule_delay=50",
+    ]
+    with running_server([repo], tmp_path / "server.log", *flags) as server:
+        settings = requests.get(f"http://{server.http_url}/v2/trace/setting", timeout=10).json()
+        assert settings["trace_mode"] == "opentelemetry" and settings["url"] == collector
+        assert "trace_file" not in settings
+        http = httpclient.InferenceServerClient(server.http_url)
+        http.infer("identity", _inputs(httpclient), headers={"traceparent": TRACEPARENT})
+        http.close()
+        assert server.stop() == 0  # flushes the batch
+    (span,) = _Collector.spans
+    assert span.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
+    assert span.parent_span_id.hex() == "b7ad6b7169203331"
+    assert [e.name for e in span.events] == HTTP_STAMPS
+    attributes = {a.key: a.value.string_value for a in span.attributes}
+    assert attributes["triton.model_name"] == "identity"

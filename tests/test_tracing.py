@@ -1,0 +1,195 @@
+"""Trace settings (flags and the API), sampling, and the sinks: Triton's JSON files and OpenTelemetry spans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from modelhost.errors import InvalidArgument, ModelhostError, Unsupported
+from modelhost.tracing.settings import TraceSettings, parse_trace_config
+from modelhost.tracing.sinks import OpenTelemetrySink, TritonFileSink
+from modelhost.tracing.tracer import Trace, Tracer
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.traces: list[Trace] = []
+        self.closed = False
+
+    def add(self, trace: Trace) -> None:
+        self.traces.append(trace)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_trace_config_flags() -> None:
+    settings, otel = parse_trace_config(
+        [
+            "level=TIMESTAMPS",
+            "level=TENSORS",
+            "rate=2",
+            "count=5",
+            "triton,file=/tmp/t.json",
+            "triton,log-frequency=3",
+            "opentelemetry,url=collector:4318/v1/traces",
+            "opentelemetry,resource=a=b",
+        ]
+    )
+    assert settings == TraceSettings(("TIMESTAMPS", "TENSORS"), 2, 5, 3, "/tmp/t.json", "triton")
+    assert otel.url == "http://collector:4318/v1/traces"
+    assert otel.resource == {"a": "b"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["level=LOUD"], "invalid trace level 'LOUD'"),
+        (["rate=0"], "sample rate must be non-zero"),
+        (["rate=x"], "Unable to parse 'trace_rate', got: x"),
+        (["nope=1"], "unknown trace setting 'nope'"),
+        (["jaeger,url=x"], "unknown trace mode 'jaeger'"),
+        (["level=TIMESTAMPS"], "needs a file"),
+        (["mode=zipkin"], "invalid trace mode"),
+    ],
+)
+def test_bad_trace_config_flags(flags: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_trace_config(flags)
+
+
+def test_api_updates_are_checked_whole_and_strings_as_in_triton() -> None:
+    tracer = Tracer(TraceSettings(("TIMESTAMPS",), file="/tmp/x"), ListSink())
+    assert tracer.update({"trace_rate": "5", "trace_level": ["TENSORS"]}).to_json() == {
+        "trace_level": ["TENSORS"], "trace_rate": "5", "trace_count": "-1", "log_frequency": "0",
+        "trace_file": "/tmp/x", "trace_mode": "triton",
+    }  # fmt: skip
+    for bad in ({"trace_rate": 5}, {"trace_rate": "abc"}, {"trace_level": ["BOGUS"]}, {"other": "1"},
+                {"trace_file": "/tmp/y"}, {"trace_rate": "1", "trace_level": "TIMESTAMPS"}, ["x"]):  # fmt: skip
+        with pytest.raises(ModelhostError):  # 400, or 501 for the trace file as in Triton
+            tracer.update(bad)
+    assert tracer.settings_for().rate == 5  # unchanged by the refused updates
+
+
+def test_a_model_override_falls_back_to_the_global_settings_when_cleared() -> None:
+    tracer = Tracer(TraceSettings(("TIMESTAMPS",), rate=10, file="/tmp/x"), ListSink())
+    assert tracer.update({"trace_rate": "2"}, "m").rate == 2
+    assert tracer.settings_for("other").rate == 10
+    assert tracer.update({"trace_rate": None}, "m").rate == 10
+    assert "m" not in tracer.model_overrides
+
+
+def test_one_request_of_every_rate_is_traced_while_count_lasts() -> None:
+    tracer = Tracer(TraceSettings(("TIMESTAMPS",), rate=2, count=2, file="/tmp/x"), ListSink())
+    traced = [tracer.start("m", "1", str(i)) is not None for i in range(8)]
+    assert traced == [True, False, True, False, False, False, False, False]
+    assert tracer.settings_for().count == 0
+
+
+def test_tracing_off_takes_nothing() -> None:
+    tracer = Tracer(TraceSettings(file="/tmp/x"), ListSink())
+    assert tracer.start("m", "1", "") is None
+    tracer.update({"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}, "m")
+    assert tracer.start("other", "1", "") is None
+    assert tracer.start("m", "1", "") is not None
+
+
+def _trace(tracer_id: int) -> Trace:
+    trace = Trace(tracer_id, "m", "1", "r", TraceSettings(("TIMESTAMPS",)))
+    trace.stamp("REQUEST_START", 100)
+    trace.stamp("REQUEST_END", 200)
+    return trace
+
+
+def test_the_file_sink_writes_at_close_or_every_log_frequency_traces(tmp_path: Path) -> None:
+    one = TritonFileSink(str(tmp_path / "all.json"), lambda: 0)
+    one.add(_trace(1))
+    one.add(_trace(2))
+    assert not (tmp_path / "all.json").exists()
+    one.close()
+    objects = json.loads((tmp_path / "all.json").read_text())
+    # As Triton writes them: the request's identity, then each timestamp in an object of its own.
+    assert objects[:3] == [
+        {"id": 1, "model_name": "m", "model_version": 1, "request_id": "r"},
+        {"id": 1, "timestamps": [{"name": "REQUEST_START", "ns": 100}]},
+        {"id": 1, "timestamps": [{"name": "REQUEST_END", "ns": 200}]},
+    ]
+    assert [o["id"] for o in objects[3:]] == [2, 2, 2]
+
+    rolling = TritonFileSink(str(tmp_path / "t.json"), lambda: 2)
+    for i in range(5):
+        rolling.add(_trace(i + 1))
+    rolling.close()
+    assert sorted(p.name for p in tmp_path.glob("t.json.*")) == ["t.json.0", "t.json.1", "t.json.2"]
+
+
+def test_the_opentelemetry_sink_makes_a_child_span_of_the_callers_trace() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from modelhost.tracing.settings import OpenTelemetrySettings
+
+    exporter = InMemorySpanExporter()
+    sink = OpenTelemetrySink(OpenTelemetrySettings(resource={"deployment": "test"}), exporter)
+    trace = _trace(7)
+    trace.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    sink.add(trace)
+    sink.close()
+    (span,) = exporter.get_finished_spans()
+    assert format(span.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    assert span.parent is not None and format(span.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert [e.name for e in span.events] == ["REQUEST_START", "REQUEST_END"]
+    assert span.attributes is not None and span.attributes["triton.model_name"] == "m"
+    assert span.resource.attributes["deployment"] == "test"
+
+
+def test_triton_api_wording_for_refused_updates() -> None:
+    tracer = Tracer(TraceSettings(("TIMESTAMPS",), rate=3, file="/tmp/x"), ListSink())
+    cases = {
+        "Unable to parse 'trace_rate', got: abc": {"trace_rate": "abc"},
+        "Attempting to set invalid trace setting :sample rate must be non-zero": {"trace_rate": "0"},
+        "Unable to parse 'trace_count'. Expecting value >= -1, got: -5": {"trace_count": "-5"},
+        "Expect only one trace level 'OFF' is specified": {"trace_level": ["OFF", "TIMESTAMPS"]},
+    }
+    for message, body in cases.items():
+        with pytest.raises(InvalidArgument) as caught:
+            tracer.update(body)
+        assert str(caught.value) == message
+    with pytest.raises(Unsupported, match="trace file location can not be updated through network protocol"):
+        tracer.update({"trace_file": "/tmp/y"})
+    # A failed update changes nothing, not even the settings it named before the bad one.
+    with pytest.raises(InvalidArgument):
+        tracer.update({"trace_rate": "7", "trace_count": "abc"})
+    assert tracer.settings_for().rate == 3
+
+
+def test_null_resets_a_global_setting_to_its_startup_value() -> None:
+    tracer = Tracer(TraceSettings(("TIMESTAMPS",), rate=3, file="/tmp/x"), ListSink())
+    tracer.update({"trace_rate": "9"})
+    assert tracer.update({"trace_rate": None}).rate == 3
+
+
+def test_traces_are_written_as_soon_as_the_count_runs_out(tmp_path: Path) -> None:
+    sink = TritonFileSink(str(tmp_path / "t.json"), lambda: 0)
+    tracer = Tracer(TraceSettings(("TIMESTAMPS",), rate=1, count=2, file=str(tmp_path / "t.json")), sink)
+    for i in range(3):
+        trace = tracer.start("m", "1", str(i))
+        if trace is not None:
+            tracer.finish(trace)
+    assert json.loads((tmp_path / "t.json.0").read_text())[0]["request_id"] == "0"
+    tracer.close()
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_tensors_as_triton_writes_them() -> None:
+    import numpy as np
+
+    from modelhost.tracing.sinks import trace_objects
+
+    trace = Trace(1, "m", "1", "", TraceSettings(("TENSORS",)))
+    trace.tensor("TENSOR_QUEUE_INPUT", "INPUT0", "FP32", np.array([[1.0, 2.0, 8.5]], dtype=np.float32))
+    assert trace_objects(trace) == [
+        {"id": 1, "activity": "TENSOR_QUEUE_INPUT",
+         "tensor": {"name": "INPUT0", "data": "1,2,8.5", "shape": "1,3", "dtype": "FP32"}}
+    ]  # fmt: skip
