@@ -4,7 +4,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 
+from e2e.clients import Api
 from e2e.models import add_identity, add_nobatch, add_reshape, add_versioned_add, copy_examples
 from e2e.server_process import RunningServer, running_server
 
@@ -47,3 +50,31 @@ def server(main_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     log = tmp_path_factory.mktemp("log") / "server.log"
     with running_server([main_repository], log) as running:
         yield running
+
+
+# Clients of the module's `server` (the one above, or the module's own), for tests over both protocols.
+
+
+@pytest.fixture(scope="module")
+def http(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def grpc_client(server: RunningServer) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(params=["http", "grpc"])
+def api(
+    request: pytest.FixtureRequest,
+    http: httpclient.InferenceServerClient,
+    grpc_client: grpcclient.InferenceServerClient,
+) -> Api:
+    if request.param == "http":
+        return Api("http", httpclient, http)
+    return Api("grpc", grpcclient, grpc_client)

@@ -39,31 +39,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def http(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
-    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def grpc_client(server: RunningServer) -> Iterator[grpcclient.InferenceServerClient]:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture(params=["http", "grpc"])
-def api(
-    request: pytest.FixtureRequest,
-    http: httpclient.InferenceServerClient,
-    grpc_client: grpcclient.InferenceServerClient,
-) -> Api:
-    if request.param == "http":
-        return Api("http", httpclient, http)
-    return Api("grpc", grpcclient, grpc_client)
-
-
 def batch(*rows: list[float]) -> np.ndarray:
     return np.array(rows, dtype=np.float32)
 

@@ -63,13 +63,6 @@ model_metrics {
         yield running
 
 
-@pytest.fixture(scope="module")
-def http(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
-    client = httpclient.InferenceServerClient(server.http_url)
-    yield client
-    client.close()
-
-
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 

@@ -15,6 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from e2e.clients import poll
 from e2e.models import add_identity, add_versioned_add
 from e2e.server_process import RunningServer, running_server
 from e2e.traffic import Traffic
@@ -65,12 +66,7 @@ def rows_of(client: httpclient.InferenceServerClient, name: str) -> list[dict[st
 
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    poll(check, timeout, what)
 
 
 def add_version(repo: Path, staging: Path, model: str, source: Path, version: int) -> None:

@@ -70,31 +70,6 @@ def test_tensors_travel_in_shared_memory_with_the_configured_prefix(api: Api) ->
     assert any(n.startswith(SHM_PREFIX) for n in os.listdir("/dev/shm"))
 
 
-@pytest.fixture(scope="module")
-def http(server: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
-    client = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def grpc_client(server: RunningServer) -> Iterator[grpcclient.InferenceServerClient]:
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture(params=["http", "grpc"])
-def api(
-    request: pytest.FixtureRequest,
-    http: httpclient.InferenceServerClient,
-    grpc_client: grpcclient.InferenceServerClient,
-) -> Api:
-    if request.param == "http":
-        return Api("http", httpclient, http)
-    return Api("grpc", grpcclient, grpc_client)
-
-
 # --- plain models
 
 

@@ -69,17 +69,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         yield running
 
 
-@pytest.fixture(params=["http", "grpc"])
-def api(request: pytest.FixtureRequest, server: RunningServer) -> Iterator[Api]:
-    if request.param == "http":
-        client: Any = httpclient.InferenceServerClient(server.http_url)
-        yield Api("http", httpclient, client)
-    else:
-        client = grpcclient.InferenceServerClient(server.grpc_url)
-        yield Api("grpc", grpcclient, client)
-    client.close()
-
-
 def step(api: Api, model: str, corrid: int | str, value: int, start: bool = False, end: bool = False) -> Any:
     inputs = api.inputs(INPUT=np.array([[value]], dtype=np.int32))
     return api.client.infer(model, inputs, sequence_id=corrid, sequence_start=start, sequence_end=end)
