@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from modelhost.tracing.settings import OpenTelemetrySettings
 from modelhost.tracing.tracer import Trace
@@ -52,37 +55,44 @@ def trace_objects(trace: Trace) -> list[dict[str, Any]]:
 class TritonFileSink:
     """Triton's trace files: with `log_frequency` 0 every trace goes to `file`, written when the server stops;
     with n > 0, each n traces go to `<file>.<index>` (0, 1, ...) as soon as they are complete, and the rest to
-    the next index at stop."""
+    the next index at stop.
 
-    def __init__(self, file: str, log_frequency_of: Any) -> None:
+    Traces are kept as they are until written; the JSON is made and written on a thread of the sink's own, so
+    that the event loop, where traces end, never waits for a file."""
+
+    def __init__(self, file: str, log_frequency_of: Callable[[], int]) -> None:
         self.file = Path(file)
-        self.log_frequency_of = log_frequency_of  # () -> int: the setting can change at run time
-        self.pending: list[dict[str, Any]] = []
-        self.traces = 0
+        self.log_frequency_of = log_frequency_of  # the setting can change at run time
+        self.pending: list[Trace] = []
         self.index = 0
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-writer")
 
     def add(self, trace: Trace) -> None:
-        self.pending.extend(trace_objects(trace))
-        self.traces += 1
-        frequency = int(self.log_frequency_of())
-        if (frequency > 0 and self.traces >= frequency) or trace.last:
-            self._write(Path(f"{self.file}.{self.index}"))
+        self.pending.append(trace)
+        frequency = self.log_frequency_of()
+        if (frequency > 0 and len(self.pending) >= frequency) or trace.last:
+            self.writer.submit(self._write, Path(f"{self.file}.{self.index}"), self.pending)
+            self.pending = []
             self.index += 1
 
     def close(self) -> None:
-        if not self.pending and (self.index or not self.traces):
-            return
-        frequency = int(self.log_frequency_of())
-        self._write(self.file if frequency == 0 and self.index == 0 else Path(f"{self.file}.{self.index}"))
+        if self.pending:
+            path = (
+                self.file
+                if self.log_frequency_of() == 0 and self.index == 0
+                else Path(f"{self.file}.{self.index}")
+            )
+            self.writer.submit(self._write, path, self.pending)
+            self.pending = []
+        self.writer.shutdown(wait=True)
 
-    def _write(self, path: Path) -> None:
+    @staticmethod
+    def _write(path: Path, traces: list[Trace]) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.pending, indent=1))
+            path.write_bytes(orjson.dumps([o for trace in traces for o in trace_objects(trace)]))
         except OSError as e:
             log.error("failed to write trace file %s: %s", path, e)
-        self.pending = []
-        self.traces = 0
 
 
 class OpenTelemetrySink:
