@@ -351,6 +351,12 @@ def test_a_short_initial_state_file_fails_the_load(tmp_path: Path) -> None:
         make(f"max_batch_size: 2 sequence_batching {{ {state} }}", Accumulator(), model_dir=tmp_path)
 
 
+def test_implicit_state_on_a_python_model_fails_the_load() -> None:
+    # Its outputs are those of its config: the state output would never come back to be kept.
+    with pytest.raises(ModelConfigError, match=r"implicit state .* is not supported for python model"):
+        make(f"max_batch_size: 0 sequence_batching {{ {STATE} }}", Manual())
+
+
 # -- backlog, idle release, cancellation, unload ---------------------------------------------------------------
 
 

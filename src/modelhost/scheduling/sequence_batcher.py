@@ -231,6 +231,12 @@ class SequenceBatcher:
         self.idle_ns = (int(sb.max_sequence_idle_microseconds) or 1_000_000) * 1000
         self.controls = _controls(config)
         self.states = _states(config, model_dir)
+        if self.states and pool.request_level:
+            # A python model answers only the outputs its config lists: the state output would never come back.
+            raise ModelConfigError(
+                f"implicit state (sequence_batching.state) is not supported for python model '{self.name}'; "
+                "keep the state in the model, keyed by request.correlation_id()"
+            )
         self._lanes = [_Lane(i, w, [None] * slots) for i, w in enumerate(pool.workers)]
         # Free slots, spread over the instances first (slot 0 of each instance, then slot 1, ...).
         self._free: list[tuple[int, int]] = sorted(
