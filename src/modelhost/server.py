@@ -207,11 +207,16 @@ class Server:
             yield response
             return
         stats = model.stats
+        trace = request.trace
+        if trace is not None:  # a decoupled request: its start and end (no queue / compute breakdown)
+            trace.stamp("REQUEST_START", self._trace_start(trace, model, request))
         self._in_flight += 1
         self._drained.clear()
         started = time.perf_counter_ns()
         try:
             async for response in model.infer_stream(request):
+                if trace is not None:
+                    trace.stamp("INFER_RESPONSE_COMPLETE")
                 yield response
         except BaseException as e:
             stats.failed(time.perf_counter_ns() - started, _failure_reason(e))
@@ -220,6 +225,8 @@ class Server:
             # Where a decoupled request spent its time is not broken down (queue, compute): only its total.
             stats.succeeded(time.perf_counter_ns() - started, RequestTiming())
         finally:
+            if trace is not None:
+                trace.stamp("REQUEST_END")
             self._leave()
 
     def _leave(self) -> None:

@@ -41,6 +41,17 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("trace_repo")
     add_identity(root, "identity", "FP32", dims="[ 4 ]")
     add_identity(root, "other", "FP32", dims="[ 4 ]")
+    (root / "pair" / "1").mkdir(parents=True)
+    (root / "pair" / "config.pbtxt").write_text(
+        'platform: "ensemble" max_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        "ensemble_scheduling { step [\n"
+        '  { model_name: "identity" model_version: -1 input_map { key: "INPUT0" value: "INPUT0" }'
+        ' output_map { key: "OUTPUT0" value: "mid" } },\n'
+        '  { model_name: "other" model_version: -1 input_map { key: "INPUT0" value: "mid" }'
+        ' output_map { key: "OUTPUT0" value: "OUTPUT0" } } ] }\n'
+    )
     return root
 
 
@@ -141,8 +152,16 @@ def test_trace_file_written_at_shutdown(traced: TraceFileServer) -> None:
     http = httpclient.InferenceServerClient(traced.server.http_url)
     http.infer("identity", _inputs(httpclient), request_id="r1", headers={"traceparent": TRACEPARENT})
     http.close()
+    http = httpclient.InferenceServerClient(traced.server.http_url)
+    http.infer("pair", _inputs(httpclient), request_id="e1")
+    http.close()
     grpc_client = grpcclient.InferenceServerClient(traced.server.grpc_url)
     grpc_client.infer("identity", _inputs(grpcclient), request_id="g1")
+    done: list[Any] = []
+    grpc_client.start_stream(callback=lambda result, error: done.append((result, error)))
+    grpc_client.async_stream_infer("identity", _inputs(grpcclient), request_id="s1")
+    grpc_client.stop_stream()  # waits for the answer
+    assert len(done) == 1 and done[0][1] is None
     grpc_client.close()
     assert not traced.trace_file.exists()  # log-frequency 0: written when the server stops
     assert traced.server.stop() == 0
@@ -160,9 +179,15 @@ def test_trace_file_written_at_shutdown(traced: TraceFileServer) -> None:
     assert (
         times["HTTP_RECV_START"] <= times["REQUEST_START"] <= times["REQUEST_END"] <= times["HTTP_SEND_END"]
     )
-    grpc_trace = next(items for items in by_id.values() if items[0].get("request_id") == "g1")
-    names = [item["timestamps"][0]["name"] for item in grpc_trace[1:]]
-    assert names[0] == "GRPC_WAITREAD_START" and names[-1] == "GRPC_SEND_END"
+    for request_id in ("g1", "s1"):  # unary and streamed
+        grpc_trace = next(items for items in by_id.values() if items[0].get("request_id") == request_id)
+        names = [item["timestamps"][0]["name"] for item in grpc_trace[1:]]
+        assert names[0] == "GRPC_WAITREAD_START" and names[-1] == "GRPC_SEND_END"
+    # An ensemble's steps are traced as children of its trace.
+    ensemble = next(items[0] for items in by_id.values() if items[0].get("model_name") == "pair")
+    children = [items[0] for items in by_id.values() if items[0].get("parent_id") == ensemble["id"]]
+    assert sorted(c["model_name"] for c in children) == ["identity", "other"]
+    assert all(c["request_id"] == "e1" for c in children)
 
 
 # --- OpenTelemetry, to a collector on loopback

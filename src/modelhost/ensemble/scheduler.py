@@ -91,6 +91,10 @@ class EnsembleScheduler:
             self._running -= 1
             job.timing.infer_ns += time.perf_counter_ns() - started
 
+    def tracer(self) -> Any:
+        """The server's tracer (modelhost.tracing.Tracer), for the traces of the steps of a traced request."""
+        return self.services.server.tracer
+
     def route(self, outputs: list[str]) -> _Route:
         key = tuple(outputs)
         route = self._routes.get(key)
@@ -248,6 +252,7 @@ class _Run:
             array = fit_batch(data.data, batch, step.input_dims.get(model_input, ()), step.batching)
             inputs.append(Tensor(model_input, data.datatype, list(array.shape), array))
         request = self.request
+        parent = request.trace
         return InferenceRequest(
             model_name=step.model_name,
             model_version=step.model_version,
@@ -257,6 +262,9 @@ class _Run:
             parameters=request.parameters,
             priority=request.priority,
             timeout_us=request.timeout_us,
+            trace=None
+            if parent is None
+            else self.scheduler.tracer().child(parent, step.model_name, step.model_version),
         )
 
     async def _run_step(self, step: Step, iteration: int) -> None:
@@ -264,6 +272,7 @@ class _Run:
         limits = self.scheduler.limits
         limit = limits[step.index] if limits is not None else None
         server = self.scheduler.services.server
+        request: InferenceRequest | None = None
         try:
             request = self._request(step, iteration)
             if limit is not None:
@@ -290,6 +299,8 @@ class _Run:
                 self.error = e
         finally:
             self.running -= 1
+            if request is not None and request.trace is not None:
+                self.scheduler.tracer().finish(request.trace)
 
     async def _room_after(self, step: Step) -> None:
         """Backpressure on a decoupled step: its next response is taken once the steps it feeds have room."""

@@ -218,10 +218,18 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         window = asyncio.Semaphore(STREAM_WINDOW)
         running: set[asyncio.Task[None]] = set()
 
+        traceparent = str(metadata.get("traceparent", ""))
+
         async def run(request: Any) -> None:
             lease = self.server.shared_memory.lease()
+            received = time.monotonic_ns()
+            trace = None
             try:
                 core = decode_request(request, lease)
+                trace = self.server.start_trace(core, traceparent)
+                if trace is not None:
+                    trace.stamp("GRPC_WAITREAD_START", received)
+                    trace.stamp("GRPC_WAITREAD_END")
                 # 0..N responses (exactly one for a model that is not decoupled), each marked final or not; a
                 # final response without outputs is sent only when the request asks for it, as Triton does.
                 empty_final = core.parameters.get(EMPTY_FINAL_RESPONSE) is True
@@ -230,9 +238,13 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
                         answers.put_nowait((response.error, False))
                         continue
                     if response.outputs or empty_final:
+                        if trace is not None:
+                            trace.stamp("GRPC_SEND_START")
                         answer = service_pb2.ModelStreamInferResponse(
                             infer_response=encode_response(response, lease)
                         )
+                        if trace is not None:
+                            trace.stamp("GRPC_SEND_END")
                         answers.put_nowait((answer, False))
                 answers.put_nowait((None, True))
             except ModelhostError as e:
@@ -240,6 +252,8 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
                 answers.put_nowait((e, True))
             finally:
                 lease.release()
+                if trace is not None:
+                    self.server.tracer.finish(trace)
 
         async def read() -> None:
             async for request in request_iterator:

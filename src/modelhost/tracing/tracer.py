@@ -134,6 +134,19 @@ class Tracer:
             trace.last = settings.count == 1  # Triton writes the traces out as soon as the count runs out
         return trace
 
+    def child(self, parent: Trace, model_name: str, model_version: str) -> Trace:
+        """The trace of a request made for a traced one (an ensemble's step): traced too, its `parent_id` the
+        parent's id, as Triton spawns child traces."""
+        return Trace(
+            next(self._ids),
+            model_name,
+            model_version,
+            parent.request_id,
+            parent.settings,
+            parent_id=parent.id,
+            traceparent=parent.traceparent,
+        )
+
     def _take_one(self, scope: str, left: int) -> None:
         if scope:
             self.model_overrides[scope] = {**self.model_overrides[scope], "count": left}
