@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,3 +110,28 @@ def test_frames_split_across_reads() -> None:
     for i in range(0, len(data), 7):
         got += reader.feed(data[i : i + 7])
     assert [m["op"] for m in got] == ["a", "b"]
+
+
+def test_segments_of_a_server_that_is_gone_are_swept() -> None:
+    from modelhost.python_backend import ipc
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(gone.stdout)
+    prefix = f"mh_sweep_test_{os.getpid()}_"
+    names = {
+        "dead": f"{prefix}{dead_pid}_1_p_{dead_pid}_0",
+        "ours": f"{prefix}{os.getpid()}_1_p_{os.getpid()}_0",
+        "alive": f"{prefix}1_1_p_1_0",  # pid 1 is always alive
+    }
+    for name in names.values():
+        Path(ipc.SHM_DIR, name).write_bytes(b"x")
+    try:
+        assert ipc.sweep_stale_segments(prefix) == [names["dead"]]
+        assert sorted(n for n in os.listdir(ipc.SHM_DIR) if n.startswith(prefix)) == sorted(
+            [names["ours"], names["alive"]]
+        )
+    finally:
+        for name in names.values():
+            Path(ipc.SHM_DIR, name).unlink(missing_ok=True)

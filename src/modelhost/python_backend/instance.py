@@ -139,12 +139,18 @@ class _StubProtocol(asyncio.Protocol):
 
 
 _stub_numbers = itertools.count(1)
+_swept: set[str] = set()
 # Blocks of a stub's memory we are done with, sent back with our next message; past this many, at once.
 _FREES_PER_MESSAGE = 64
 
 
 def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[bytes], socket.socket, str]:
     """A new stub process, the server's end of its socket, and the name prefix of its shared memory."""
+    if settings.shm_region_prefix_name not in _swept:  # once per prefix: what a killed server left in /dev/shm
+        _swept.add(settings.shm_region_prefix_name)
+        removed = ipc.sweep_stale_segments(settings.shm_region_prefix_name)
+        if removed:
+            log.info("removed %d shared memory segments left by a server that is gone", len(removed))
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     prefix = f"{settings.shm_region_prefix_name}{os.getpid()}_{stub_id}_"
     command = [

@@ -117,6 +117,36 @@ class Segment:
             self.map.close()
 
 
+def sweep_stale_segments(prefix: str) -> list[str]:
+    """Remove the shared memory a killed server left behind: segments named `<prefix><server pid>_...` whose
+    server process is gone (a SIGKILL or a crash skips the cleanup at exit). Returns the names removed."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid_text = name[len(prefix) :].split("_", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(SHM_DIR, name))
+            removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
 class Arena:
     """Shared memory one side allocates blocks from (first fit over a free list per segment, blocks coalesced
     when freed); new segments are added when a block does not fit, each at least `growth` bytes."""
