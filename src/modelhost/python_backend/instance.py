@@ -146,7 +146,8 @@ _FREES_PER_MESSAGE = 64
 
 def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[bytes], socket.socket, str]:
     """A new stub process, the server's end of its socket, and the name prefix of its shared memory."""
-    if settings.shm_region_prefix_name not in _swept:  # once per prefix: what a killed server left in /dev/shm
+    # Once per prefix: the shared memory a killed server with that prefix left in /dev/shm.
+    if settings.shm_region_prefix_name not in _swept:
         _swept.add(settings.shm_region_prefix_name)
         removed = ipc.sweep_stale_segments(settings.shm_region_prefix_name)
         if removed:
