@@ -7,6 +7,8 @@ import base64
 import csv
 import io
 import json
+import random
+import re
 import struct
 from pathlib import Path
 
@@ -14,14 +16,22 @@ import numpy as np
 import pytest
 
 from modelhost.perf import main
-from modelhost.perf.bodies import grpc_request, http_body, http_request
+from modelhost.perf.bodies import grpc_request, http_body, http_request, http_template
 from modelhost.perf.client import ModelInfo, PerfError, ServerStats, TensorInfo, split_url
 from modelhost.perf.inputs import build_input_data
 from modelhost.perf.measure import StepResult, Window, is_stable, latency_ns, merge_windows
 from modelhost.perf.options import PerfOptions, Range, parse_args, parse_range, parse_shape
 from modelhost.perf.plot import html_page
 from modelhost.perf.report import csv_header, csv_text, profile_export, step_text
-from modelhost.perf.worker import Recorder, _response_end
+from modelhost.perf.shm import ShmRefs, layout
+from modelhost.perf.worker import (
+    IdAllocator,
+    Recorder,
+    SequenceSlot,
+    SequenceSpec,
+    _response_end,
+    final_response,
+)
 
 CSV_HEADER = (
     "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,"
@@ -359,3 +369,195 @@ def test_profile_export_and_plot() -> None:
     page = html_page(results, o, "simple <test>")
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "simple &lt;test&gt;" in page
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+
+
+# --- Streaming, sequences, shared memory
+
+
+def test_new_options() -> None:
+    o = options()
+    assert (o.streaming, o.shared_memory, o.output_shm_size) == (False, "none", 102400)
+    assert (o.sequence_length, o.sequence_length_variation, o.sequence_id_range) == (20, 20.0, (1, 2**63 - 1))
+    o = options("-i", "grpc", "--streaming", "--shared-memory", "system", "--output-shared-memory-size", "64")
+    assert (o.streaming, o.shared_memory, o.output_shm_size) == (True, "system", 64)
+    o = options("--sequence-length", "5", "--sequence-length-variation", "0", "--sequence-id-range", "7:9")
+    assert (o.sequence_length, o.sequence_length_variation, o.sequence_id_range) == (5, 0.0, (7, 9))
+    assert options("--sequence-id-range", "3").sequence_id_range == (3, 2**63 - 1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--streaming"], "--streaming is only valid with -i grpc"),
+        (["--shared-memory", "cuda"], "--shared-memory cuda is not supported"),
+        (["--shared-memory", "gpu"], "invalid choice"),
+        (["--sequence-id-range", "5:5"], "start < end"),
+        (["--sequence-id-range", "0:4"], "start < end"),
+        (["--sequence-id-range", "a"], "expected start[:end]"),
+        (["--output-shared-memory-size", "0"], "must be at least 1"),
+    ],
+)
+def test_new_option_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-m", "simple", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+ACCUMULATOR = ModelInfo(
+    name="acc",
+    version="",
+    max_batch_size=4,
+    inputs=[TensorInfo("INPUT", "INT32", [-1, 1])],
+    outputs=[TensorInfo("OUTPUT", "INT32", [-1, 1])],
+    sequence=True,
+)
+
+
+def sequence_spec(protocol: str, id_range: str = "10:14", length: str = "3") -> SequenceSpec:
+    o = options(
+        "--sequence-id-range", id_range, "--sequence-length", length, "--sequence-length-variation", "0"
+    )
+    data = build_input_data(ACCUMULATOR, o)
+    flag_sets = ((False, False), (False, True), (True, False), (True, True))
+    if protocol == "http":
+        templates = [
+            [[http_template(e, o, ACCUMULATOR, "h:1", None, 0, f) for f in flag_sets] for e in data.entries]
+        ]
+    else:
+        templates = [
+            [[(grpc_request(e, ACCUMULATOR, None, 0, f), -1) for f in flag_sets] for e in data.entries]
+        ]
+    first, end = o.sequence_id_range
+    return SequenceSpec(templates, o.sequence_length, o.sequence_length_variation, first, end)
+
+
+def http_parameters(request: bytes) -> dict[str, object]:
+    body = request[request.index(b"\r\n\r\n") + 4 :]
+    head = json.loads(body[: int(re.search(rb"Inference-Header-Content-Length: (\d+)", request)[1])])  # type: ignore[index]
+    return dict(head["parameters"])
+
+
+def test_http_sequences_ids_and_flags() -> None:
+    spec = sequence_spec("http")
+    ids = IdAllocator(spec, 0, 1)
+    a = SequenceSlot(spec, ids, random.Random(0), [0])
+    b = SequenceSlot(spec, ids, random.Random(0), [0])
+    seen = [http_parameters(a.next()) for _ in range(4)]
+    assert [(p["sequence_id"], p["sequence_start"], p["sequence_end"]) for p in seen] == [
+        (10, True, False),
+        (10, False, False),
+        (10, False, True),
+        (11, True, False),  # the next sequence: a new id (10 is given back once its END was answered)
+    ]
+    assert http_parameters(b.next())["sequence_id"] == 12  # ids are handed out round the range
+    assert http_parameters(a.next())["sequence_id"] == 11  # a's sequence goes on
+    end = a.close()
+    assert end is not None and http_parameters(end) == {
+        "sequence_id": 11,
+        "sequence_start": False,
+        "sequence_end": True,
+        "binary_data_output": True,
+    }
+    assert a.close() is None
+    a.release()
+    assert ids.in_use == {12}
+    for _ in range(3):  # b: 12 to its end, then 13, then around to 10 (11 was given back)
+        b.next()
+    assert b.sequence_id == 13
+    for _ in range(3):
+        b.next()
+    assert b.sequence_id == 10
+
+
+def test_sequence_ids_never_shared() -> None:
+    spec = sequence_spec("http", "1:9", "2")
+    processes = [IdAllocator(spec, i, 2) for i in range(2)]
+    slots = [SequenceSlot(spec, ids, random.Random(i), [0]) for ids in processes for i in range(4)]
+    for _ in range(20):
+        held = []
+        for slot in slots:
+            slot.next()
+            held.append(slot.sequence_id)
+        assert len(set(held)) == len(held)  # 8 slots, 8 ids, none shared
+    assert {i % 2 for i in processes[0].in_use} == {1} and {i % 2 for i in processes[1].in_use} == {0}
+    with pytest.raises(RuntimeError, match="no free sequence id"):
+        SequenceSlot(spec, processes[0], random.Random(0), [0]).next()
+
+
+def test_grpc_sequence_request() -> None:
+    from tritonclient.grpc import service_pb2
+
+    spec = sequence_spec("grpc")
+    slot = SequenceSlot(spec, IdAllocator(spec, 0, 1), random.Random(0), [0])
+    request = service_pb2.ModelInferRequest.FromString(slot.next())
+    p = request.parameters
+    assert (p["sequence_id"].int64_param, p["sequence_start"].bool_param, p["sequence_end"].bool_param) == (
+        10,
+        True,
+        False,
+    )
+    assert request.model_name == "acc" and len(request.raw_input_contents) == 1
+    streamed = grpc_request(build_input_data(SIMPLE, options()).entries[0], SIMPLE, empty_final_response=True)
+    decoded = service_pb2.ModelInferRequest.FromString(streamed)
+    assert decoded.parameters["triton_enable_empty_final_response"].bool_param
+
+
+def test_shared_memory_requests() -> None:
+    from tritonclient.grpc import service_pb2
+
+    o = options("-b", "2", "--output-shared-memory-size", "100")
+    entries = build_input_data(SIMPLE, o).entries
+    shm_layout = layout(entries, SIMPLE, o)
+    assert shm_layout.inputs == [[(0, 128), (128, 128)]] and shm_layout.input_size == 256
+    assert (
+        shm_layout.outputs == [("OUTPUT0", 0, 200), ("OUTPUT1", 200, 200)] and shm_layout.output_size == 400
+    )
+    refs = ShmRefs("in0", "out0", shm_layout)
+    body, headers = http_body(entries[0], o, refs, 0)
+    assert headers == {"Content-Type": "application/json"}
+    header = json.loads(body)
+    assert header["inputs"][1]["parameters"] == {
+        "shared_memory_region": "in0",
+        "shared_memory_offset": 128,
+        "shared_memory_byte_size": 128,
+    }
+    assert header["outputs"][1] == {
+        "name": "OUTPUT1",
+        "parameters": {
+            "shared_memory_region": "out0",
+            "shared_memory_offset": 200,
+            "shared_memory_byte_size": 200,
+        },
+    }
+    assert "parameters" not in header  # no binary_data_output: the outputs are in shared memory
+    request = service_pb2.ModelInferRequest.FromString(grpc_request(entries[0], SIMPLE, refs, 0))
+    assert not request.raw_input_contents
+    assert request.inputs[1].parameters["shared_memory_offset"].int64_param == 128
+    assert request.outputs[0].parameters["shared_memory_region"].string_param == "out0"
+
+
+def test_streaming_final_response_and_recorder() -> None:
+    from tritonclient.grpc import service_pb2
+
+    response = service_pb2.ModelStreamInferResponse()
+    response.infer_response.parameters["triton_final_response"].bool_param = True
+    assert final_response(response.SerializeToString()) == ("", True, False)
+    response.infer_response.outputs.add().name = "OUT"
+    response.infer_response.parameters["triton_final_response"].bool_param = False
+    assert final_response(response.SerializeToString()) == ("", False, True)
+    assert final_response(service_pb2.ModelStreamInferResponse(error_message="boom").SerializeToString())[0]
+    r = Recorder(streaming=True)
+    for start, first, end, count in [(0, 2, 5, 1), (1, 3, 10, 3), (3, 4, 25, 2)]:
+        r.starts.append(start)
+        r.firsts.append(first)
+        r.ends.append(end)
+        r.counts.append(count)
+    reply = r.collect(8, 20)
+    assert np.frombuffer(reply[8], dtype=np.int64).tolist() == [3]
+    assert np.frombuffer(reply[9], dtype=np.int64).tolist() == [3]
+    assert list(r.firsts) == [4] and list(r.counts) == [2]
+    window = Window(
+        0, 10**9, np.array([1]), np.array([10]), 0, 0, ServerStats(), np.array([3]), np.array([3])
+    )
+    step = merge_windows([window], "concurrency", 1, options("-i", "grpc", "--streaming"), True, 1)
+    assert step.first_response_us == 0.002 and step.responses_per_request == 3
+    assert "Avg responses per request: 3.00" in step_text(step, options("-i", "grpc", "--streaming"))

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,14 +35,17 @@ CSV_HEADER = [
     "p99 latency",
 ]
 SHORT = ["-p", "300", "-r", "3", "--processes", "1"]
+E2E = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
 def perf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("perf_repo")
     copy_examples(repo, "simple")
+    shutil.copytree(E2E / "python_models" / "repeat_decoupled", repo / "repeat_decoupled")
+    shutil.copytree(E2E / "sequence_models" / "py_accumulator", repo / "py_accumulator")
     log = tmp_path_factory.mktemp("perf_log") / "server.log"
-    with running_server([repo], log) as running:
+    with running_server([repo], log, "--allow-client-shm=true") as running:
         yield running
 
 
@@ -182,3 +187,122 @@ def test_bad_input_data_and_flags(perf_server: RunningServer, tmp_path: Path) ->
     assert "entry 1, input INPUT0: 3 elements" in line
     out = perf("-m", "simple", "--concurrency-range", "x")
     assert out.returncode == 2 and "usage: modelhost perf" in out.stderr
+
+
+def server_stats(server: RunningServer, model: str) -> dict[str, int]:
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/stats", timeout=10) as response:
+        stats = json.load(response)["model_stats"][0]["inference_stats"]
+    return {key: int(stats[key]["count"]) for key in ("success", "fail")}
+
+
+def shm_regions(server: RunningServer) -> list[object]:
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/systemsharedmemory/status", timeout=10) as r:
+        return list(json.load(r))
+
+
+def test_decoupled_model_over_a_stream(perf_server: RunningServer, tmp_path: Path) -> None:
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"data": [{"IN": [1, 2, 3], "DELAY": [0, 0, 0]}]}))
+    args = ["-m", "repeat_decoupled", "-i", "grpc", "-u", perf_server.grpc_url, *SHORT, "-s", "50"]
+    args += ["--input-data", str(data), "--shape", "IN:3", "--shape", "DELAY:3", "--concurrency-range", "1:2"]
+    line = one_line_error(perf(*args))
+    assert "is decoupled: use --streaming" in line
+    before = server_stats(perf_server, "repeat_decoupled")
+    out = perf(
+        *args, "--streaming", "-f", str(tmp_path / "perf.csv"), "--profile-export-file", str(tmp_path / "x")
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Request concurrency: 1" in out.stdout and "Request concurrency: 2" in out.stdout
+    assert out.stdout.count("Avg responses per request: 3.00") == 2  # one response per IN element
+    assert "Avg time to first response:" in out.stdout
+    rows = read_csv(tmp_path / "perf.csv")
+    assert rows[0] == CSV_HEADER and len(rows) == 3
+    after = server_stats(perf_server, "repeat_decoupled")
+    assert after["success"] > before["success"] and after["fail"] == before["fail"]
+    summary = json.loads((tmp_path / "x").read_text())["experiments"][0]["summary"]
+    assert summary["responses_per_request"] == 3
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_sequence_model(perf_server: RunningServer, protocol: str, tmp_path: Path) -> None:
+    url = perf_server.http_url if protocol == "http" else perf_server.grpc_url
+    before = server_stats(perf_server, "py_accumulator")
+    out = perf(
+        "-m",
+        "py_accumulator",
+        "-i",
+        protocol,
+        "-u",
+        url,
+        *SHORT,
+        "-s",
+        "50",
+        "--concurrency-range",
+        "1:2",
+        "--sequence-length",
+        "5",
+        "--sequence-id-range",
+        "100:104",
+        "-f",
+        str(tmp_path / "perf.csv"),
+    )
+    assert out.returncode == 0, out.stderr
+    rows = read_csv(tmp_path / "perf.csv")
+    assert sorted(row[0] for row in rows[1:]) == ["1", "2"]
+    after = server_stats(perf_server, "py_accumulator")
+    # Every request carried a sequence id the model had state for: a request out of its sequence fails.
+    assert after["success"] > before["success"] + 10 and after["fail"] == before["fail"]
+
+
+def test_sequence_model_refusals(perf_server: RunningServer) -> None:
+    base = ["-m", "py_accumulator", "-u", perf_server.http_url, *SHORT]
+    line = one_line_error(perf(*base, "--request-rate-range", "10"))
+    assert "sequence model" in line and "--concurrency-range" in line
+    line = one_line_error(perf(*base, "--concurrency-range", "3", "--sequence-id-range", "1:3"))
+    assert "--sequence-id-range 1:3 holds 2 sequence ids" in line
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_system_shared_memory(perf_server: RunningServer, protocol: str, tmp_path: Path) -> None:
+    url = perf_server.http_url if protocol == "http" else perf_server.grpc_url
+    before = server_stats(perf_server, "simple")
+    out = perf(
+        "-m",
+        "simple",
+        "-i",
+        protocol,
+        "-u",
+        url,
+        *SHORT[:-2],
+        "--processes",
+        "2",
+        "-s",
+        "50",
+        "--concurrency-range",
+        "1:2",
+        "--shared-memory",
+        "system",
+        "-b",
+        "2",
+        "-f",
+        str(tmp_path / "perf.csv"),
+    )
+    assert out.returncode == 0, out.stderr
+    rows = read_csv(tmp_path / "perf.csv")
+    assert sorted(row[0] for row in rows[1:]) == ["1", "2"]
+    after = server_stats(perf_server, "simple")
+    assert after["success"] > before["success"] and after["fail"] == before["fail"]
+    assert shm_regions(perf_server) == []  # unregistered at the end
+    assert not list(Path("/dev/shm").glob("modelhost_perf_*"))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_shared_memory_refused_by_the_server(protocol: str, tmp_path: Path) -> None:
+    copy_examples(tmp_path / "repo", "simple")
+    with running_server([tmp_path / "repo"], tmp_path / "server.log") as server:
+        url = server.http_url if protocol == "http" else server.grpc_url
+        out = perf("-m", "simple", "-i", protocol, "-u", url, *SHORT, "--shared-memory", "system")
+    line = one_line_error(out)
+    assert line.startswith("modelhost perf: error: --shared-memory system: the server does not allow")
+    assert "--allow-client-shm=true" in line
+    assert not list(Path("/dev/shm").glob("modelhost_perf_*"))

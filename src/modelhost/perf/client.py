@@ -118,6 +118,12 @@ class ControlClient:
     def close(self) -> None:
         pass
 
+    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        raise NotImplementedError
+
+    def unregister_system_shm(self, name: str) -> None:
+        raise NotImplementedError
+
     def _info(self, metadata: dict[str, Any], config: dict[str, Any]) -> ModelInfo:
         def tensors(key: str) -> list[TensorInfo]:
             return [
@@ -179,6 +185,32 @@ class HttpControlClient(ControlClient):
     def stats(self) -> ServerStats:
         return ServerStats.sum_json(self._get(self.base + "/stats").get("model_stats", []))
 
+    def _post(self, path: str, document: dict[str, Any]) -> tuple[int, bytes]:
+        body = json.dumps(document).encode()
+        for attempt in (0, 1):
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            try:
+                self._conn.request("POST", path, body, {"Content-Type": "application/json"})
+                response = self._conn.getresponse()
+                return response.status, response.read()
+            except (OSError, http.client.HTTPException) as error:
+                self.close()
+                if attempt:
+                    raise PerfError(
+                        f"cannot reach the server at {self.host}:{self.port} over HTTP: {_reason(error)}"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        path = f"/v2/systemsharedmemory/region/{quote(name, safe='')}/register"
+        status, body = self._post(path, {"key": key, "offset": 0, "byte_size": byte_size})
+        if status != 200:
+            raise PerfError(shm_error(_http_error(status, body, self.model), status == 501))
+
+    def unregister_system_shm(self, name: str) -> None:
+        self._post(f"/v2/systemsharedmemory/region/{quote(name, safe='')}/unregister", {})
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -214,12 +246,32 @@ class GrpcControlClient(ControlClient):
     def stats(self) -> ServerStats:
         return ServerStats.sum_json(self._call("get_inference_statistics").get("model_stats", []))
 
+    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            self._client.register_system_shared_memory(name, key, byte_size)
+        except InferenceServerException as error:
+            message = str(error.message() or error)
+            raise PerfError(shm_error(message, "UNIMPLEMENTED" in str(error.status() or ""))) from None
+
+    def unregister_system_shm(self, name: str) -> None:
+        self._client.unregister_system_shared_memory(name)
+
     def close(self) -> None:
         self._client.close()
 
 
 def control_client(options: PerfOptions) -> ControlClient:
     return GrpcControlClient(options) if options.protocol == "grpc" else HttpControlClient(options)
+
+
+def shm_error(message: str, unsupported: bool) -> str:
+    """One line for a refused shared-memory registration: says plainly when the server has it disabled."""
+    message = " ".join(message.split())
+    if unsupported or "disabled" in message.lower():
+        return f"--shared-memory system: the server does not allow client shared memory ({message})"
+    return f"--shared-memory system: cannot register a shared memory region: {message}"
 
 
 def _reason(error: BaseException) -> str:

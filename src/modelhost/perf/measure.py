@@ -60,6 +60,8 @@ class Window:
     send_ns: int
     recv_ns: int
     server: ServerStats
+    firsts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # streaming: first responses
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # streaming: responses each
 
     @property
     def duration_s(self) -> float:
@@ -94,6 +96,10 @@ class StepResult:
     window_bounds: list[int] = field(default_factory=list)  # monotonic ns
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     ends: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # Streaming only: average time from sending a request to its first response, responses per request.
+    first_response_us: float | None = None
+    responses_per_request: float | None = None
+    firsts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def value_text(self) -> str:
@@ -150,6 +156,10 @@ def merge_windows(
     server = ServerStats()
     for w in windows:
         server = server + w.server
+    streaming = options.streaming
+    firsts = np.concatenate([w.firsts for w in windows]) if windows and streaming else np.zeros(0, np.int64)
+    counts = np.concatenate([w.counts for w in windows]) if windows and streaming else np.zeros(0, np.int64)
+    first_us = float(((firsts - starts) / 1e3).mean()) if streaming and count else 0.0
     return StepResult(
         mode=mode,
         value=value,
@@ -168,17 +178,21 @@ def merge_windows(
         window_bounds=[windows[0].t0, *(w.t1 for w in windows)] if windows else [],
         starts=starts,
         ends=ends,
+        first_response_us=first_us if streaming else None,
+        responses_per_request=(float(counts.mean()) if count else 0.0) if streaming else None,
+        firsts=firsts,
     )
 
 
 class WorkerPool:
     """The load-generator processes, spawned once for the whole sweep."""
 
-    def __init__(self, spec: WorkerSpec, count: int) -> None:
+    def __init__(self, specs: Sequence[WorkerSpec]) -> None:
+        """One process per spec (the specs differ by their process index and shared-memory regions)."""
         context = multiprocessing.get_context("spawn")
         self.pipes: list[Connection] = []
         self.processes: list[BaseProcess] = []
-        for _ in range(count):
+        for spec in specs:
             parent, child = context.Pipe()
             process = context.Process(target=worker_main, args=(child, spec), daemon=True)
             process.start()
@@ -228,13 +242,19 @@ class WorkerPool:
     def stop(self) -> None:
         self._exchange([("stop",)] * len(self.pipes))
 
-    def collect(self, t0: int, t1: int) -> tuple[np.ndarray, np.ndarray, int, int, int, str]:
+    def collect(self, t0: int, t1: int) -> tuple[Window, int, str]:
+        """The requests answered in [t0, t1) (the window's server statistics left empty), the number of failed
+        requests and the first failure."""
         replies = self._exchange([("collect", t0, t1)] * len(self.pipes))
-        starts = np.concatenate([np.frombuffer(r[1], dtype=np.int64) for r in replies])
-        ends = np.concatenate([np.frombuffer(r[2], dtype=np.int64) for r in replies])
+
+        def joined(i: int) -> np.ndarray:
+            return np.concatenate([np.frombuffer(r[i], dtype=np.int64) for r in replies])
+
         errors = sum(int(r[6]) for r in replies)
         first = next((str(r[7]) for r in replies if r[7]), "")
-        return starts, ends, sum(int(r[3]) for r in replies), sum(int(r[4]) for r in replies), errors, first
+        send_ns, recv_ns = sum(int(r[3]) for r in replies), sum(int(r[4]) for r in replies)
+        window = Window(t0, t1, joined(1), joined(2), send_ns, recv_ns, ServerStats(), joined(8), joined(9))
+        return window, errors, first
 
     def close(self) -> None:
         for pipe in self.pipes:
@@ -280,10 +300,11 @@ class Profiler:
                 time.sleep(max(0.0, (previous_t + o.interval_ms * 1_000_000 - time.monotonic_ns()) / 1e9))
                 t = time.monotonic_ns()
                 stats = self.control.stats()
-                starts, ends, send_ns, recv_ns, errors, first_error = self.pool.collect(previous_t, t)
+                window, errors, first_error = self.pool.collect(previous_t, t)
                 if errors:
                     raise PerfError(f"inference requests failed ({errors} in the last window): {first_error}")
-                window = Window(previous_t, t, starts, ends, send_ns, recv_ns, stats - previous_stats)
+                window.server = stats - previous_stats
+                starts, ends = window.starts, window.ends
                 previous_t, previous_stats = t, stats
                 windows.append(window)
                 throughputs.append(window.throughput(o.batch_size))

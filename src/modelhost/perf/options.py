@@ -15,6 +15,8 @@ TensorFormat = Literal["binary", "json"]
 DEFAULT_PERCENTILES = (50, 90, 95, 99)
 # Concurrency given as start:0 (no end) stops at the latency threshold, or here at the latest.
 UNBOUNDED_CONCURRENCY = 4096
+# --sequence-id-range with no end: ids up to Triton's uint64 (kept within int64 for the gRPC int64_param).
+MAX_SEQUENCE_ID = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,11 @@ class PerfOptions:
     processes: int = 0  # 0 = chosen from the load
     verbose: bool = False
     sequence_length: int = 20
-    sequence_id_range: tuple[int, int] = (1, 2**31)
+    sequence_length_variation: float = 20.0
+    sequence_id_range: tuple[int, int] = (1, MAX_SEQUENCE_ID)  # start, end (excluded)
+    streaming: bool = False
+    shared_memory: Literal["none", "system"] = "none"
+    output_shm_size: int = 102400
     progress: bool | None = None  # None = when stderr is a terminal
 
     @property
@@ -154,14 +160,15 @@ def parse_shape(text: str) -> tuple[str, list[int]]:
 
 
 def parse_id_range(text: str) -> tuple[int, int]:
+    """perf_analyzer's `start[:end]`: sequence ids from start to end (excluded); no end = no bound."""
     start, _, end = text.partition(":")
     try:
         first = int(start)
-        last = int(end) if end else 2**31
+        last = int(end) if end else MAX_SEQUENCE_ID
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected start[:end], got {text!r}") from None
-    if first < 1 or last < first:
-        raise argparse.ArgumentTypeError(f"expected 1 <= start <= end, got {text!r}")
+    if first < 1 or last <= first or last > MAX_SEQUENCE_ID:
+        raise argparse.ArgumentTypeError(f"expected 1 <= start < end (end excluded), got {text!r}")
     return first, last
 
 
@@ -243,11 +250,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", type=_positive_int, default=0, help="load-generator processes (auto)")
     p.add_argument("--sequence-length", type=_positive_int, default=20, help="requests per sequence")
     p.add_argument(
+        "--sequence-length-variation",
+        type=_nonneg_float,
+        default=20.0,
+        metavar="PCT",
+        help="sequence lengths vary within +/- this percentage of --sequence-length (20)",
+    )
+    p.add_argument(
         "--sequence-id-range",
         type=parse_id_range,
-        default=(1, 2**31),
+        default=(1, MAX_SEQUENCE_ID),
         metavar="start[:end]",
-        help="correlation ids used for sequences",
+        help="sequence ids used, from start to end (excluded); default 1 with no end",
+    )
+    p.add_argument("--streaming", action="store_true", help="gRPC only: send requests on ModelStreamInfer")
+    p.add_argument(
+        "--shared-memory",
+        dest="shared_memory",
+        type=str.lower,
+        choices=("none", "system", "cuda"),
+        default="none",
+        help="inputs and outputs in shared memory: none (default) or system",
+    )
+    p.add_argument(
+        "--output-shared-memory-size",
+        dest="output_shm_size",
+        type=_positive_int,
+        default=102400,
+        metavar="BYTES",
+        help="shared memory per output tensor and batch element (102400)",
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--async", dest="async_", action="store_true", help="accepted (always asynchronous)")
@@ -277,6 +308,10 @@ def parse_args(argv: Sequence[str]) -> PerfOptions:
     url = a.url or ("localhost:8001" if a.protocol == "grpc" else "localhost:8000")
     if a.protocol == "grpc" and (a.input_tensor_format != "binary" or a.output_tensor_format != "binary"):
         parser.error("--input-tensor-format/--output-tensor-format json are for -i http only")
+    if a.streaming and a.protocol != "grpc":
+        parser.error("--streaming is only valid with -i grpc")
+    if a.shared_memory == "cuda":
+        parser.error("--shared-memory cuda is not supported: use system or none")
     return PerfOptions(
         model=a.model,
         version=a.version,
@@ -304,6 +339,10 @@ def parse_args(argv: Sequence[str]) -> PerfOptions:
         processes=a.processes,
         verbose=a.verbose,
         sequence_length=a.sequence_length,
+        sequence_length_variation=a.sequence_length_variation,
         sequence_id_range=a.sequence_id_range,
+        streaming=a.streaming,
+        shared_memory=a.shared_memory,
+        output_shm_size=a.output_shm_size,
         progress=a.progress,
     )

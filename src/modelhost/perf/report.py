@@ -73,6 +73,9 @@ def step_text(result: StepResult, options: PerfOptions) -> str:
         lines.append(
             f"    Avg gRPC time: {us(result.latency_avg_us)} usec (response wait {us(result.response_wait_us)} usec)"
         )
+    if result.first_response_us is not None and result.responses_per_request is not None:
+        lines.append(f"    Avg time to first response: {us(result.first_response_us)} usec")
+        lines.append(f"    Avg responses per request: {result.responses_per_request:.2f}")
     s = result.server
     lines += [
         "  Server: ",
@@ -154,9 +157,17 @@ def profile_export(results: Sequence[StepResult], options: PerfOptions, info: Mo
     offset = time.time_ns() - time.monotonic_ns()
     experiments = []
     for r in results:
+        firsts = r.firsts.tolist() if r.firsts.size == r.ends.size else [None] * r.ends.size
         requests = [
-            {"timestamp": int(s) + offset, "sequence_id": 0, "response_timestamps": [int(e) + offset]}
-            for s, e in zip(r.starts.tolist(), r.ends.tolist(), strict=True)
+            {
+                "timestamp": int(s) + offset,
+                "sequence_id": 0,
+                # streaming: the first and the final response, when they differ
+                "response_timestamps": [
+                    int(x) + offset for x in ([f, e] if f is not None and f != e else [e])
+                ],
+            }
+            for s, e, f in zip(r.starts.tolist(), r.ends.tolist(), firsts, strict=True)
         ]
         experiments.append(
             {
@@ -191,6 +202,14 @@ def summary_json(r: StepResult, options: PerfOptions) -> dict[str, Any]:
         "latency_avg_us": r.latency_avg_us,
         "latency_std_us": r.latency_std_us,
         **{f"latency_p{p}_us": v for p, v in r.percentiles_us.items()},
+        **(
+            {
+                "first_response_avg_us": r.first_response_us,
+                "responses_per_request": r.responses_per_request,
+            }
+            if r.first_response_us is not None
+            else {}
+        ),
         "client_send_us": r.send_us,
         "client_recv_us": r.recv_us,
         "server": {

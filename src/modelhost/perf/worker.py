@@ -2,7 +2,11 @@
 
 HTTP: raw HTTP/1.1 keep-alive connections driven by protocol callbacks (no coroutine per request): in
 concurrency mode each connection sends its next request from the callback that completes the previous
-answer. gRPC: grpc.aio with the serialized request passed as bytes and the answer left unparsed.
+answer. gRPC: grpc.aio with the serialized request passed as bytes and the answer left unparsed; with
+`--streaming`, one ModelStreamInfer stream per request in flight, a request done at its final response.
+Sequence models: each connection / stream runs whole sequences (START on the first request, END on the last)
+with sequence ids of its own (the ids of a process are those equal to its index modulo the process count, and
+no two slots of a process hold one at once); stopping a level ends every open sequence.
 
 The parent talks to a worker over a pipe, with tuples:
 
@@ -10,7 +14,9 @@ The parent talks to a worker over a pipe, with tuples:
     ("rate", r, dist, seed) send r requests/s, constant or poisson (open)  -> ("ok",) | ("error", msg)
     ("stop",)              send nothing new, wait for answers in flight   -> ("ok",)
     ("collect", t0, t1)    requests answered in [t0, t1) (time.monotonic_ns, the same clock in every process)
-                           -> ("window", starts, ends, send_ns, recv_ns, timed, errors, first_error)
+                           -> ("window", starts, ends, send_ns, recv_ns, timed, errors, first_error,
+                               firsts, counts)  (firsts/counts: streaming only, first-response times and
+                               the number of responses of each request)
     ("exit",)
 """
 
@@ -28,7 +34,22 @@ from typing import Any, cast
 
 import numpy as np
 
+from modelhost.perf.bodies import SEQUENCE_ID_WIDTH, grpc_sequence_id
+
 MAX_RATE_CONNECTIONS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceSpec:
+    """How the requests of sequences are made: per data stream, per entry, a prebuilt request for each of the
+    flags start/middle/end/start+end (index start * 2 + end), with the offset of the id field (HTTP) or -1
+    (gRPC: the id's parameter is appended)."""
+
+    templates: list[list[list[tuple[bytes, int]]]]
+    length: int
+    variation_pct: float
+    id_start: int
+    id_end: int  # excluded
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +59,111 @@ class WorkerSpec:
     port: int
     requests: list[bytes]  # HTTP: whole requests (head + body); gRPC: serialized ModelInferRequest
     grpc_method: str = ""
+    sequence: SequenceSpec | None = None
+    streaming: bool = False  # gRPC ModelStreamInfer (grpc_method is then the stream's)
+    decoupled: bool = False  # streaming: a request is done at its response marked triton_final_response
+    process_index: int = 0
+    process_count: int = 1
+
+
+class IdAllocator:
+    """The sequence ids of one process: start + index, start + index + count, ... below end, wrapping around;
+    an id is handed out again only once released."""
+
+    def __init__(self, spec: SequenceSpec, index: int, count: int) -> None:
+        self.first = spec.id_start + index
+        self.end = spec.id_end
+        self.step = count
+        self.next = self.first
+        self.in_use: set[int] = set()
+
+    @property
+    def capacity(self) -> int:
+        return max(0, (self.end - self.first + self.step - 1) // self.step)
+
+    def acquire(self) -> int:
+        if len(self.in_use) >= self.capacity:
+            raise RuntimeError("no free sequence id left in --sequence-id-range")
+        while True:
+            candidate = self.next
+            self.next += self.step
+            if self.next >= self.end:
+                self.next = self.first
+            if candidate not in self.in_use:
+                self.in_use.add(candidate)
+                return candidate
+
+    def release(self, sequence_id: int) -> None:
+        self.in_use.discard(sequence_id)
+
+
+class SequenceSlot:
+    """One connection's / stream's sequences: whole sequences one after the other, each with an id of its own."""
+
+    def __init__(self, spec: SequenceSpec, ids: IdAllocator, rng: random.Random, streams: list[int]) -> None:
+        self.spec = spec
+        self.ids = ids
+        self.rng = rng
+        self.streams = streams  # [next stream index], shared by the slots of a process (round-robin)
+        self.sequence_id = 0  # 0: none held
+        self.stream: list[list[tuple[bytes, int]]] = []
+        self.position = 0
+        self.remaining = 0
+
+    @property
+    def open(self) -> bool:
+        """A sequence was started and its END not sent yet."""
+        return self.remaining > 0 and self.position > 0
+
+    def _begin(self) -> None:
+        self.release()
+        self.sequence_id = self.ids.acquire()
+        index = self.streams[0]
+        self.streams[0] = (index + 1) % len(self.spec.templates)
+        self.stream = self.spec.templates[index]
+        variation = self.spec.variation_pct / 100
+        length = self.spec.length * self.rng.uniform(1 - variation, 1 + variation)
+        self.remaining = max(1, round(length))
+        self.position = 0
+
+    def _build(self, start: bool, end: bool) -> bytes:
+        template, id_offset = self.stream[self.position % len(self.stream)][start * 2 + end]
+        self.position += 1
+        if id_offset >= 0:
+            field = str(self.sequence_id).encode().rjust(SEQUENCE_ID_WIDTH)
+            return template[:id_offset] + field + template[id_offset + SEQUENCE_ID_WIDTH :]
+        return template + grpc_sequence_id(self.sequence_id)
+
+    def next(self) -> bytes:
+        if self.remaining == 0:
+            self._begin()
+        start = self.position == 0
+        self.remaining -= 1
+        return self._build(start, self.remaining == 0)
+
+    def close(self) -> bytes | None:
+        """The request that ends the open sequence early (END flag), or None."""
+        if not self.open:
+            return None
+        self.remaining = 0
+        return self._build(False, True)
+
+    def release(self) -> None:
+        """Gives the id back (once the sequence's END was answered)."""
+        if self.sequence_id and not self.open:
+            self.ids.release(self.sequence_id)
+            self.sequence_id = 0
 
 
 class Recorder:
     """Timestamps of answered requests, and the sums of client send/receive time."""
 
-    def __init__(self) -> None:
+    def __init__(self, streaming: bool = False) -> None:
+        self.streaming = streaming
         self.starts = array("q")
         self.ends = array("q")
+        self.firsts = array("q")  # streaming: the time of each request's first response
+        self.counts = array("q")  # streaming: the number of responses of each request
         self.send_ns = 0
         self.recv_ns = 0
         self.errors = 0
@@ -57,12 +175,18 @@ class Recorder:
             self.first_error = message
 
     def collect(self, t0: int, t1: int) -> tuple[Any, ...]:
-        starts = np.frombuffer(self.starts, dtype=np.int64).copy() if self.starts else np.zeros(0, np.int64)
-        ends = np.frombuffer(self.ends, dtype=np.int64).copy() if self.ends else np.zeros(0, np.int64)
+        def values(a: array[int]) -> np.ndarray:
+            return np.frombuffer(a, dtype=np.int64).copy() if a else np.zeros(0, np.int64)
+
+        starts, ends, firsts, counts = (values(a) for a in (self.starts, self.ends, self.firsts, self.counts))
         inside = (ends >= t0) & (ends < t1)
         later = ends >= t1
         self.starts = array("q", starts[later].tobytes())
         self.ends = array("q", ends[later].tobytes())
+        if self.streaming:
+            self.firsts = array("q", firsts[later].tobytes())
+            self.counts = array("q", counts[later].tobytes())
+            firsts, counts = firsts[inside], counts[inside]
         count = int(inside.sum())
         reply = (
             "window",
@@ -73,8 +197,12 @@ class Recorder:
             count,
             self.errors,
             self.first_error,
+            firsts.tobytes() if self.streaming else b"",
+            counts.tobytes() if self.streaming else b"",
         )
         self.send_ns = self.recv_ns = 0
+        self.errors = 0
+        self.first_error = ""
         return reply
 
 
@@ -120,14 +248,23 @@ class HttpConnection(asyncio.Protocol):
         self.busy = False
         self.start = 0
         self.dead = False
+        self.record = True  # False for the requests that end open sequences between levels
+        self.slot = worker.new_slot()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
 
     def send(self) -> None:
         w = self.worker
-        request = w.requests[w.next_index]
-        w.next_index = (w.next_index + 1) % len(w.requests)
+        if self.slot is not None:
+            request = self.slot.next()
+        else:
+            request = w.requests[w.next_index]
+            w.next_index = (w.next_index + 1) % len(w.requests)
+        self.write(request)
+
+    def write(self, request: bytes) -> None:
+        w = self.worker
         self.busy = True
         self.start = start = time.monotonic_ns()
         assert self.transport is not None
@@ -149,9 +286,10 @@ class HttpConnection(asyncio.Protocol):
                 "HTTP " + data[9 : data.find(b"\r\n")].decode(errors="replace") + _error_text(data, end)
             )
         done = time.monotonic_ns()
-        rec.starts.append(self.start)
-        rec.ends.append(done)
-        rec.recv_ns += done - arrived
+        if self.record:
+            rec.starts.append(self.start)
+            rec.ends.append(done)
+            rec.recv_ns += done - arrived
         self.buffer = data[end:]
         self.busy = False
         if self.active:
@@ -178,8 +316,19 @@ class Worker:
         self.spec = spec
         self.requests = spec.requests
         self.next_index = 0
-        self.recorder = Recorder()
+        self.recorder = Recorder(spec.streaming)
         self.rate_task: asyncio.Task[None] | None = None
+        self.ids: IdAllocator | None = None
+        self.rng = random.Random(spec.process_index)
+        self.stream_index = [spec.process_index]
+        if spec.sequence is not None:
+            self.ids = IdAllocator(spec.sequence, spec.process_index, spec.process_count)
+            self.stream_index = [spec.process_index % len(spec.sequence.templates)]
+
+    def new_slot(self) -> SequenceSlot | None:
+        if self.spec.sequence is None or self.ids is None:
+            return None
+        return SequenceSlot(self.spec.sequence, self.ids, self.rng, self.stream_index)
 
     async def set_concurrency(self, n: int) -> None:
         raise NotImplementedError
@@ -276,16 +425,93 @@ class HttpWorker(Worker):
         self.backlog = 0
         for connection in self.connections:
             connection.active = False
+        await self._settle()
+        if self.spec.sequence is not None:
+            for connection in self.connections:
+                request = connection.slot.close() if connection.slot is not None else None
+                if request is not None and not connection.dead:
+                    connection.record = False
+                    connection.write(request)
+            await self._settle()
+            for connection in self.connections:
+                connection.record = True
+                if connection.slot is not None:
+                    connection.slot.release()
+        self.idle_connections = [c for c in self.connections if not c.dead and not c.busy]
+
+    async def _settle(self) -> None:
         deadline = time.monotonic() + 30
         while (self.opening or any(c.busy for c in self.connections)) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
-        self.idle_connections = [c for c in self.connections if not c.dead and not c.busy]
 
     async def close(self) -> None:
         await self.stop()
         for connection in self.connections:
             if connection.transport is not None:
                 connection.transport.close()
+
+
+def final_response(raw: bytes) -> tuple[str, bool, bool]:
+    """A ModelStreamInferResponse: its error message, whether it is marked triton_final_response, and whether
+    it has outputs (an empty final response is not counted as a response)."""
+    from tritonclient.grpc import service_pb2
+
+    response = service_pb2.ModelStreamInferResponse.FromString(raw)
+    if response.error_message:
+        return response.error_message, True, False
+    infer = response.infer_response
+    final = infer.parameters.get("triton_final_response")
+    return "", bool(final is not None and final.bool_param), len(infer.outputs) > 0
+
+
+class GrpcStream:
+    """One ModelStreamInfer stream carrying one request at a time."""
+
+    def __init__(self, worker: GrpcWorker) -> None:
+        self.worker = worker
+        self.call = worker.stream_call()
+        self.slot = worker.new_slot()
+        self.dead = False
+
+    async def request(self, request: bytes, record: bool = True) -> None:
+        import grpc
+
+        w = self.worker
+        rec = w.recorder
+        start = time.monotonic_ns()
+        first = 0
+        count = 0
+        try:
+            await self.call.write(request)
+            while True:
+                raw = await self.call.read()
+                now = time.monotonic_ns()
+                if raw is grpc.aio.EOF:
+                    self.dead = True
+                    rec.error("the server closed the stream")
+                    break
+                first = first or now
+                error, final, has_outputs = final_response(raw)
+                if error:
+                    rec.error(f"gRPC stream: {error}")
+                    break
+                count += has_outputs or not final
+                if final or not w.spec.decoupled:
+                    break
+        except grpc.aio.AioRpcError as error:
+            self.dead = True
+            rec.error(f"gRPC {error.code().name}: {error.details()}")
+        end = time.monotonic_ns()
+        if record:
+            rec.starts.append(start)
+            rec.ends.append(end)
+            rec.firsts.append(first or end)
+            rec.counts.append(count)
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.call.done_writing()
+        self.call.cancel()
 
 
 class GrpcWorker(Worker):
@@ -298,15 +524,22 @@ class GrpcWorker(Worker):
             options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
         )
         self.call = self.channel.unary_unary(spec.grpc_method)
+        self.stream_call = self.channel.stream_stream(spec.grpc_method)
         self.loops: list[asyncio.Task[None]] = []
         self.in_flight: set[asyncio.Task[None]] = set()
         self.active = False
+        self.slots: list[SequenceSlot] = []  # unary requests of sequences: one slot per loop
+        self.streams: list[GrpcStream] = []  # streaming: every open stream
+        self.idle_streams: list[GrpcStream] = []  # streaming, rate mode
 
-    async def _one(self) -> None:
-        import grpc
-
+    def _next_request(self) -> bytes:
         request = self.requests[self.next_index]
         self.next_index = (self.next_index + 1) % len(self.requests)
+        return request
+
+    async def _one(self, request: bytes, record: bool = True) -> None:
+        import grpc
+
         start = time.monotonic_ns()
         try:
             await self.call(request)
@@ -315,24 +548,53 @@ class GrpcWorker(Worker):
         except asyncio.CancelledError:
             raise
         end = time.monotonic_ns()
-        self.recorder.starts.append(start)
-        self.recorder.ends.append(end)
+        if record:
+            self.recorder.starts.append(start)
+            self.recorder.ends.append(end)
 
-    async def _loop(self) -> None:
+    async def _loop(self, slot: SequenceSlot | None) -> None:
         while self.active:
-            await self._one()
+            await self._one(slot.next() if slot is not None else self._next_request())
+
+    async def _stream_loop(self, stream: GrpcStream) -> None:
+        slot = stream.slot
+        while self.active and not stream.dead:
+            await stream.request(slot.next() if slot is not None else self._next_request())
 
     async def set_concurrency(self, n: int) -> None:
         await self.stop()
         await self.channel.channel_ready()
         self.active = True
         loop = asyncio.get_running_loop()
-        self.loops = [loop.create_task(self._loop()) for _ in range(n)]
+        if self.spec.streaming:
+            self.streams = [GrpcStream(self) for _ in range(n)]
+            self.loops = [loop.create_task(self._stream_loop(stream)) for stream in self.streams]
+        else:
+            self.slots = [slot for _ in range(n) if (slot := self.new_slot()) is not None]
+            self.loops = [
+                loop.create_task(self._loop(self.slots[i] if self.slots else None)) for i in range(n)
+            ]
 
     def fire(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._one())
+        loop = asyncio.get_running_loop()
+        if self.spec.streaming:
+            task = loop.create_task(self._fire_stream())
+        else:
+            task = loop.create_task(self._one(self._next_request()))
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
+
+    async def _fire_stream(self) -> None:
+        while self.idle_streams and self.idle_streams[-1].dead:
+            self.idle_streams.pop()
+        if self.idle_streams:
+            stream = self.idle_streams.pop()
+        else:
+            stream = GrpcStream(self)
+            self.streams.append(stream)
+        await stream.request(self._next_request())
+        if not stream.dead:
+            self.idle_streams.append(stream)
 
     async def start_rate(self, rate: float, distribution: str, seed: int) -> None:
         await self.channel.channel_ready()
@@ -345,6 +607,22 @@ class GrpcWorker(Worker):
         if pending:
             await asyncio.wait(pending, timeout=30)
         self.loops = []
+        # End the sequences left open, unrecorded, then give their ids back.
+        closing = [(stream.request, stream.slot) for stream in self.streams if not stream.dead]
+        closing += [(self._one, slot) for slot in self.slots]
+        ends = [
+            send(request, False) for send, slot in closing if slot is not None and (request := slot.close())
+        ]
+        if ends:
+            await asyncio.wait([asyncio.ensure_future(e) for e in ends], timeout=30)
+        for _, slot in closing:
+            if slot is not None:
+                slot.release()
+        self.slots = []
+        for stream in self.streams:
+            await stream.close()
+        self.streams = []
+        self.idle_streams = []
 
     async def close(self) -> None:
         await self.stop()
