@@ -84,6 +84,9 @@ class ModelEntry:
     override_dir: tempfile.TemporaryDirectory[str] | None = None
     # What the last load attempt saw (success or failure): a poll retries a model only when this changes.
     seen: tuple[tuple[Path, ...], ModelFingerprint | None] | None = None
+    # Loaded only because an ensemble needed it (not asked for by name): `unload_dependents` on that ensemble
+    # unloads it again, as Triton does.
+    for_ensemble: bool = False
 
     def serving(self) -> list[VersionEntry]:
         return [v for v in self.versions.values() if v.state == ModelState.READY and v.model is not None]
@@ -207,6 +210,9 @@ class ModelRegistry:
                 log.error("failed to load '%s': model not found in any model repository", name)
         wanted = [name for name in wanted if name in scanned]
         await asyncio.gather(*(self._load_quietly(name, scanned) for name in wanted))
+        for name in wanted:  # asked for by name, even where an ensemble loaded it first
+            if name in self.models:
+                self.models[name].for_ensemble = False
 
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
         """Load or reload a model (the repository extension's load); raises with the reason when it fails."""
@@ -220,17 +226,34 @@ class ModelRegistry:
                         f"failed to load '{name}': the model repository cannot be read: {e}"
                     ) from e
             await self._load(name, self.scan(), override)
+            if name in self.models:
+                self.models[name].for_ensemble = False  # asked for by name
         await self._reload_orphans()
 
-    async def unload(self, name: str) -> None:
-        """Stop serving every version of a model; each closes once its in-flight requests are answered."""
+    async def unload(self, name: str, *, composing: bool = False) -> None:
+        """Stop serving every version of a model; each closes once its in-flight requests are answered. The
+        ensembles using it go too. `composing` (an ensemble unloaded with `unload_dependents`): so do its
+        composing models that were loaded only for it and that no other loaded ensemble uses, as in Triton."""
         check_model_name(name)
+        steps: list[str] = []
         async with self._lock(name):
             entry = self.models.get(name)
             if entry is not None:
+                if entry.config is not None and is_ensemble(entry.config):
+                    steps = list(dict.fromkeys(s.model_name for s in entry.config.ensemble_scheduling.step))
                 self._unload(entry)
             self._orphans.discard(name)
         await self._unload_dependents(name)
+        for step in steps if composing else []:
+            dependency = self.models.get(step)
+            if (
+                dependency is not None
+                and dependency.for_ensemble
+                and dependency.serving()
+                and not self.dependents(step)
+            ):
+                log.info("unloading '%s': it was loaded for ensemble '%s' only", step, name)
+                await self.unload(step, composing=True)
 
     async def poll(self) -> None:
         """One poll of poll mode: load new and changed models, unload removed ones."""
@@ -468,6 +491,7 @@ class ModelRegistry:
                 if entry is None or not entry.serving():
                     try:
                         await self._load(dependency, scanned, None)
+                        self.models[dependency].for_ensemble = True
                     except ModelhostError as e:
                         raise ModelConfigError(f"{unavailable} ({e})") from e
                 entry = self.models[dependency]

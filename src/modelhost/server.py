@@ -131,11 +131,13 @@ class Server:
 
     async def unload_model(self, name: str, parameters: dict[str, Any]) -> None:
         """The repository extension's unload. The ensembles using the model are unloaded with it whether or not
-        `unload_dependents` is set (as in Triton: they cannot serve without it), and come back with it."""
+        `unload_dependents` is set (as in Triton: they cannot serve without it), and come back with it. With
+        `unload_dependents`, an ensemble's composing models loaded only for it are unloaded too."""
         self._check_explicit_mode()
-        if not isinstance(parameters.get("unload_dependents", False), bool):
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
             raise InvalidArgument("unload parameter 'unload_dependents' must be a boolean")
-        await self.registry.unload(name)
+        await self.registry.unload(name, composing=dependents)
 
     # -- inference ---------------------------------------------------------------------------------------------
 

@@ -266,3 +266,19 @@ def test_unload_dependents_is_accepted_and_checked(
     assert "unload_dependents" in response.json()["error"]
     http.load_model("scale2")
     assert http.is_model_ready("ens_nested")
+
+
+def test_unload_dependents_on_an_ensemble_unloads_what_was_loaded_for_it_only(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    # ens_chain was loaded for ens_nested (test_loading_an_ensemble_loads_its_composing_models); scale2 and
+    # add_sub_onnx serve other ensembles too, and stay.
+    http.unload_model("ens_nested", unload_dependents=True)
+
+    def state(name: str) -> str:
+        return str({r["name"]: r for r in http.get_model_repository_index()}[name].get("state"))
+
+    poll(lambda: state("ens_chain") == "UNAVAILABLE", 30, "ens_chain unloaded with ens_nested")
+    assert state("ens_nested") == "UNAVAILABLE"
+    assert http.is_model_ready("scale2") and http.is_model_ready("add_sub_onnx")
+    assert http.is_model_ready("ens_inflight")
