@@ -161,6 +161,8 @@ class ModelRegistry:
         self._retiring: set[asyncio.Task[None]] = set()
         # Ensembles unloaded because a composing model went: loaded again once all their models serve again.
         self._orphans: set[str] = set()
+        # Ensembles that failed to load for want of a composing model: tried again once it serves (as Triton).
+        self._waiting: dict[str, str] = {}
         # What backends may use of the running server (python models call other models); set by the app.
         self.services = BackendServices()
 
@@ -243,6 +245,7 @@ class ModelRegistry:
                     steps = list(dict.fromkeys(s.model_name for s in entry.config.ensemble_scheduling.step))
                 self._unload(entry)
             self._orphans.discard(name)
+            self._waiting.pop(name, None)
         await self._unload_dependents(name)
         for step in steps if composing else []:
             dependency = self.models.get(step)
@@ -484,6 +487,7 @@ class ModelRegistry:
                 continue
             # Triton's words when a composing model cannot serve; then why, which Triton leaves to its log.
             unavailable = f"ensemble {name} contains models that are not available or ambiguous: {dependency}"
+            self._waiting[name] = dependency  # until it loads (removed below, or on the next successful load)
             if dependency not in scanned and dependency not in self.models:
                 raise ModelConfigError(unavailable)
             async with self._lock(dependency):
@@ -496,6 +500,7 @@ class ModelRegistry:
                         raise ModelConfigError(f"{unavailable} ({e})") from e
                 entry = self.models[dependency]
             configs[dependency] = entry.config
+        self._waiting.pop(name, None)
         return configs
 
     def _ensemble_cycle(self, name: str, config: Any, scanned: dict[str, list[Path]]) -> list[str]:
@@ -556,6 +561,14 @@ class ModelRegistry:
                     self._orphans.add(dependent)
 
     async def _reload_orphans(self) -> None:
+        """Load again the ensembles unloaded for a composing model, and those that failed for want of one, once
+        what they need serves."""
+        for name, dependency in sorted(self._waiting.items()):
+            entry = self.models.get(dependency)
+            if entry is not None and entry.serving():
+                del self._waiting[name]
+                async with self._lock(name):
+                    await self._load_quietly(name, self.scan())
         scanned: dict[str, list[Path]] | None = None
         for name in sorted(self._orphans):
             entry = self.models.get(name)

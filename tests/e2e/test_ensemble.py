@@ -4,8 +4,10 @@ load/unload of ensembles with their composing models (tests/e2e/ensemble_models.
 from __future__ import annotations
 
 import queue
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,10 +23,15 @@ from e2e.server_process import RunningServer, running_server
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    repo = tmp_path_factory.mktemp("ensembles") / "models"
-    repo.mkdir()
-    ensemble_models.build(repo)
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ensembles") / "models"
+    root.mkdir()
+    ensemble_models.build(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     # Explicit mode with every model loaded at startup, so that tests can unload and load; the broken ensembles
     # fail on purpose (--exit-on-error=false, --strict-readiness=false keep the server up and ready).
     log = tmp_path_factory.mktemp("logs") / "ensembles.log"
@@ -282,3 +289,16 @@ def test_unload_dependents_on_an_ensemble_unloads_what_was_loaded_for_it_only(
     assert state("ens_nested") == "UNAVAILABLE"
     assert http.is_model_ready("scale2") and http.is_model_ready("add_sub_onnx")
     assert http.is_model_ready("ens_inflight")
+
+
+def test_an_ensemble_that_failed_for_a_missing_model_loads_once_the_model_does(
+    http: httpclient.InferenceServerClient, repo: Path
+) -> None:
+    assert not http.is_model_ready("ens_missing")
+    shutil.copytree(repo / "scale2", repo / "no_such_model")  # the model it names appears in the repository
+    http.load_model("no_such_model")
+    poll(lambda: http.is_model_ready("ens_missing"), 30, "ens_missing loaded")
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_array_equal(
+        Api("http", httpclient, http).infer("ens_missing", X=x).as_numpy("Y"), 2 * x
+    )
