@@ -11,12 +11,14 @@ from typing import Any
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config import config_to_json
 from modelhost.errors import InvalidArgument, ModelhostError, Unavailable, Unsupported
+from modelhost.io_specs import format_shape
 from modelhost.log_settings import LogSettings
 from modelhost.model import FINAL_RESPONSE, LoadedModel
 from modelhost.registry import ModelRegistry
 from modelhost.repository.overrides import parse_load_parameters
 from modelhost.shared_memory import SharedMemoryRegistry
 from modelhost.stats import ModelStats, RequestTiming
+from modelhost.tensor_codec import id_prefix
 from modelhost.tracing.settings import OpenTelemetrySettings, TraceSettings
 from modelhost.tracing.tracer import Trace, Tracer, stamp_request
 from modelhost.types import InferenceRequest, InferenceResponse
@@ -148,6 +150,11 @@ class Server:
             raise Unavailable("Server is shutting down: no new inference requests are accepted")
         model = self.registry.get(request.model_name, request.model_version)
         stats = model.stats
+        verbose = log.isEnabledFor(
+            logging.DEBUG
+        )  # --log-verbose >= 1: every request, as Triton's verbose log
+        if verbose:
+            log.debug("%s", _describe(request, model))
         trace = request.trace
         if trace is not None:
             traced_from = self._trace_start(trace, model, request)
@@ -164,6 +171,16 @@ class Server:
             raise
         else:
             stats.succeeded(time.perf_counter_ns() - started, timing)
+            if verbose:
+                log.debug(
+                    "%srequest for model '%s' version %s succeeded in %d us (queue %d us, compute %d us)",
+                    id_prefix(request.id),
+                    model.name,
+                    model.version_str,
+                    (time.perf_counter_ns() - started) // 1000,
+                    timing.queue_ns // 1000,
+                    (timing.input_ns + timing.infer_ns + timing.output_ns) // 1000,
+                )
             if trace is not None:
                 stamp_request(trace, traced_from, timing, time.monotonic_ns())
                 for tensor in response.outputs:
@@ -253,6 +270,19 @@ class Server:
         self.live = False
         self.registry.close()
         self.shared_memory.close()
+
+
+def _describe(request: InferenceRequest, model: LoadedModel) -> str:
+    """A request as the verbose log shows it: model, version, ids, flags, inputs and requested outputs."""
+    inputs = ", ".join(f"{t.name} {t.datatype} {format_shape(t.shape)}" for t in request.inputs)
+    outputs = ", ".join(o.name for o in request.outputs) or "all"
+    sequence = {k: v for k, v in request.parameters.items() if k.startswith("sequence_")}
+    return (
+        f"{id_prefix(request.id)}request for model '{model.name}', requested version "
+        f"{request.model_version or -1}, actual version {model.version_str}, priority {request.priority}, "
+        f"timeout (us) {request.timeout_us}{f', {sequence}' if sequence else ''}; inputs: {inputs}; "
+        f"outputs: {outputs}"
+    )
 
 
 def _failure_reason(error: BaseException) -> str:

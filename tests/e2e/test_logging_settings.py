@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
@@ -92,3 +93,26 @@ def test_grpc(logged_server: tuple[RunningServer, Path]) -> None:
     client.update_log_settings({"log_verbose_level": 0})
     with pytest.raises(InferenceServerException, match="log file location can not be updated"):
         client.update_log_settings({"log_file": "/tmp/elsewhere.log"})
+
+
+def test_verbose_level_logs_every_request(logged_server: tuple[RunningServer, Path]) -> None:
+    server, log_file = logged_server
+    client = httpclient.InferenceServerClient(server.http_url)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = httpclient.InferInput(name, [1, 16], "INT32")
+        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+        inputs.append(tensor)
+    client.infer("simple", inputs, request_id="quiet_one")
+    assert not _logged(log_file, "quiet_one")  # verbose off: a good request writes nothing
+    client.update_log_settings({"log_verbose_level": 1})
+    try:
+        client.infer("simple", inputs, request_id="verbose_one")
+        assert _logged(log_file, "[request id: verbose_one] request for model 'simple'")
+        text = log_file.read_text()
+        assert "HTTP request: POST /v2/models/simple/infer" in text
+        assert "inputs: INPUT0 INT32 [1,16], INPUT1 INT32 [1,16]" in text
+        assert "[request id: verbose_one] request for model 'simple' version 1 succeeded in" in text
+    finally:
+        client.update_log_settings({"log_verbose_level": 0})
+        client.close()

@@ -51,6 +51,8 @@ class HttpRoutes:
         self.max_input_size = max_input_size
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("HTTP request: %s %s", request.method, request.path)  # Triton's verbose line
         try:
             response = await self._route(request)
         except ModelhostError as e:
