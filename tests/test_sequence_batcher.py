@@ -256,6 +256,25 @@ def test_controls_of_a_model_without_batching_have_shape_one() -> None:
     assert fake.batches[0]["CORRID"].tolist() == [b"abc"]
 
 
+def test_a_correlation_id_the_corrid_type_cannot_hold_fails_that_request_alone() -> None:
+    fake = Accumulator()
+    b, _ = make(
+        'sequence_batching { control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID '
+        "data_type: TYPE_UINT32 } ] } ] }",
+        fake,
+    )
+
+    async def go() -> None:
+        for bad in (-5, 2**40):  # a negative gRPC int64 id; one past 32 bits
+            with pytest.raises(InvalidArgument, match=f"cannot hold correlation ID {bad}"):
+                await b.execute(job(bad, start=True, end=True))
+        # The instance was given back: the next sequence runs.
+        assert (await b.execute(job(7, 3, start=True, end=True)))["OUT"].tolist() == [[3]]
+
+    run(go())
+    assert fake.batches[-1]["CORRID"].tolist() == [7]
+
+
 def test_a_sequence_stays_on_its_instance() -> None:
     one, two = Manual("one"), Manual("two")
     b, _ = make("sequence_batching { }", one, two)  # one slot per instance

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -35,11 +36,13 @@ from tritonclient.grpc.model_config_pb2 import DataType, ModelSequenceBatching
 
 from modelhost.backends.base import Arrays
 from modelhost.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY
-from modelhost.errors import Cancelled, InvalidArgument, ModelConfigError, Unavailable
+from modelhost.errors import Cancelled, InternalError, InvalidArgument, ModelConfigError, Unavailable
 from modelhost.scheduling.dynamic_batcher import batch_key
 from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes, Worker
 from modelhost.stats import ModelStats
 from modelhost.types import InferenceRequest
+
+log = logging.getLogger("modelhost.sequence_batcher")
 
 # Triton's request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END).
 SEQUENCE_START = 1
@@ -467,7 +470,14 @@ class SequenceBatcher:
             except BaseException:
                 self.pool.release(worker)
                 raise
-            self._launch(worker, batch)
+            try:
+                self._launch(worker, batch)
+            except Exception as e:  # a fault here must not leave the lane's sequences waiting forever
+                log.exception("sequence batcher of '%s' failed to start a batch", self.name)
+                self.pool.release(worker)
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(InternalError(f"failed to start the batch: {e}"))
 
     # -- execution ---------------------------------------------------------------------------------------------
 
@@ -494,6 +504,12 @@ class SequenceBatcher:
                 raise InvalidArgument(
                     f"sequence batching control '{control.name}' of model '{self.name}' expects a numeric "
                     f"correlation ID, got '{corrid}'"
+                )
+            info = np.iinfo(control.dtype) if control.dtype.kind in "iu" else None
+            if info is not None and not info.min <= corrid <= info.max:
+                raise InvalidArgument(
+                    f"sequence batching control '{control.name}' of model '{self.name}' is of type "
+                    f"{control.dtype}, which cannot hold correlation ID {corrid}"
                 )
             return np.full(shape, corrid, dtype=control.dtype)
         if kind == _Kind.CONTROL_SEQUENCE_START:
