@@ -193,3 +193,24 @@ def test_tensors_as_triton_writes_them() -> None:
         {"id": 1, "activity": "TENSOR_QUEUE_INPUT",
          "tensor": {"name": "INPUT0", "data": "1,2,8.5", "shape": "1,3", "dtype": "FP32"}}
     ]  # fmt: skip
+
+
+def test_the_file_sink_holds_a_bounded_number_of_traces(tmp_path: Path) -> None:
+    from modelhost.tracing import sinks
+
+    sink = TritonFileSink(str(tmp_path / "t.json"), lambda: 0)
+    for i in range(3 * sinks._CHUNK_TRACES + 5):
+        sink.add(_trace(i + 1))
+        assert len(sink.pending) < sinks._CHUNK_TRACES
+    sink.writer.submit(lambda: None).result()  # the chunks handed over so far are written
+    assert (tmp_path / "t.json.partial").exists() and not (tmp_path / "t.json").exists()
+    sink.close()
+    objects = json.loads((tmp_path / "t.json").read_text())
+    assert len({o["id"] for o in objects}) == 3 * sinks._CHUNK_TRACES + 5
+    assert not (tmp_path / "t.json.partial").exists()
+
+
+def test_settings_beyond_32_bits_are_refused() -> None:
+    tracer = Tracer(TraceSettings(("TIMESTAMPS",), file="/tmp/x"), ListSink())
+    with pytest.raises(InvalidArgument, match="at most 4294967295"):
+        tracer.update({"trace_rate": "99999999999999999999"})

@@ -189,10 +189,11 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         """ModelInfer while tracing is on: a sampled request records the gRPC frontend's timestamps too."""
         received = time.monotonic_ns()
         core = decode_request(request, lease)
-        metadata = dict(context.invocation_metadata() or ())
-        trace = self.server.start_trace(core, str(metadata.get("traceparent", "")))
+        trace = self.server.start_trace(core)
         if trace is None:
             return encode_response(await self.server.infer(core), lease)
+        # The metadata is read for sampled requests only.
+        trace.traceparent = str(dict(context.invocation_metadata() or ()).get("traceparent", ""))
         try:
             trace.stamp("GRPC_WAITREAD_START", received)
             trace.stamp("GRPC_WAITREAD_END")

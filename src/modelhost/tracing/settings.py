@@ -96,6 +96,8 @@ def _integer(name: str, value: str, minimum: int) -> int:
         number = int(value)
     except (TypeError, ValueError):
         raise InvalidArgument(f"Unable to parse '{name}', got: {value}") from None
+    if number >= 2**32:  # Triton keeps them in 32 bits
+        raise InvalidArgument(f"Unable to parse '{name}', got: {value} (at most {2**32 - 1})")
     if number < minimum:
         if name == "trace_rate":
             raise InvalidArgument("Attempting to set invalid trace setting :sample rate must be non-zero")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,10 @@ from modelhost.tracing.settings import OpenTelemetrySettings
 from modelhost.tracing.tracer import Trace
 
 log = logging.getLogger("modelhost.tracing")
+
+# Traces handed to the writer thread at once, at the latest: by count, and by the bytes their tensors hold.
+_CHUNK_TRACES = 256
+_CHUNK_BYTES = 16 * 1024 * 1024
 
 
 def _number(value: Any) -> str:
@@ -45,54 +50,73 @@ def trace_objects(trace: Trace) -> list[dict[str, Any]]:
             info["parent_id"] = trace.parent_id
         objects.append(info)
         objects.extend({"id": trace.id, "timestamps": [{"name": n, "ns": ns}]} for n, ns in trace.timestamps)
-    for activity, name, datatype, shape, data in trace.tensors:
-        tensor = {"name": name, "data": ",".join(_number(v) for v in data), "shape": ",".join(map(str, shape)),
-                  "dtype": datatype}  # fmt: skip
+    for activity, name, datatype, array in trace.tensors:
+        data = ",".join(_number(v) for v in array.reshape(-1).tolist())
+        tensor = {"name": name, "data": data, "shape": ",".join(map(str, array.shape)), "dtype": datatype}
         objects.append({"id": trace.id, "activity": activity, "tensor": tensor})
     return objects
 
 
 class TritonFileSink:
-    """Triton's trace files: with `log_frequency` 0 every trace goes to `file`, written when the server stops;
-    with n > 0, each n traces go to `<file>.<index>` (0, 1, ...) as soon as they are complete, and the rest to
-    the next index at stop.
+    """Triton's trace files: with `log_frequency` 0 every trace goes to `file`, which appears when the server
+    stops; with n > 0, each n traces go to `<file>.<index>` (0, 1, ...) as soon as they are complete, and the
+    rest to the next index at stop. When `count` runs out, the traces so far are written at once (Triton too).
 
-    Traces are kept as they are until written; the JSON is made and written on a thread of the sink's own, so
-    that the event loop, where traces end, never waits for a file."""
+    Memory stays bounded whatever the rate: traces are handed in chunks to a writer thread of the sink's own,
+    which appends them to `<file>.partial` (the JSON array being written) and renames it when the file is
+    complete. The event loop, where traces end, never waits for a file and never formats JSON."""
 
     def __init__(self, file: str, log_frequency_of: Callable[[], int]) -> None:
         self.file = Path(file)
+        self.partial = Path(f"{file}.partial")
         self.log_frequency_of = log_frequency_of  # the setting can change at run time
         self.pending: list[Trace] = []
+        self.pending_bytes = 0
+        self.in_file = 0  # traces of the file being written, handed over or pending
         self.index = 0
         self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-writer")
+        self._started = False  # writer thread only: the partial file holds its opening bracket
 
     def add(self, trace: Trace) -> None:
         self.pending.append(trace)
+        self.pending_bytes += trace.nbytes
+        self.in_file += 1
         frequency = self.log_frequency_of()
-        if (frequency > 0 and len(self.pending) >= frequency) or trace.last:
-            self.writer.submit(self._write, Path(f"{self.file}.{self.index}"), self.pending)
-            self.pending = []
+        if (frequency > 0 and self.in_file >= frequency) or trace.last:
+            self._hand_over(Path(f"{self.file}.{self.index}"))
             self.index += 1
+        elif len(self.pending) >= _CHUNK_TRACES or self.pending_bytes >= _CHUNK_BYTES:
+            self._hand_over(None)
 
     def close(self) -> None:
-        if self.pending:
-            path = (
-                self.file
-                if self.log_frequency_of() == 0 and self.index == 0
-                else Path(f"{self.file}.{self.index}")
-            )
-            self.writer.submit(self._write, path, self.pending)
-            self.pending = []
+        if self.in_file:
+            complete = self.file if self.log_frequency_of() == 0 and self.index == 0 else None
+            self._hand_over(complete or Path(f"{self.file}.{self.index}"))
         self.writer.shutdown(wait=True)
 
-    @staticmethod
-    def _write(path: Path, traces: list[Trace]) -> None:
+    def _hand_over(self, complete: Path | None) -> None:
+        traces, self.pending, self.pending_bytes = self.pending, [], 0
+        if complete is not None:
+            self.in_file = 0
+        self.writer.submit(self._write, traces, complete)
+
+    def _write(self, traces: list[Trace], complete: Path | None) -> None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(orjson.dumps([o for trace in traces for o in trace_objects(trace)]))
+            body = orjson.dumps([o for trace in traces for o in trace_objects(trace)])[1:-1]
+            with open(self.partial, "ab" if self._started else "wb") as out:
+                if not self._started:
+                    out.write(b"[")
+                    self._started = True
+                elif body:
+                    body = b"," + body
+                out.write(body)
+                if complete is not None:
+                    out.write(b"]")
+            if complete is not None:
+                os.replace(self.partial, complete)
+                self._started = False
         except OSError as e:
-            log.error("failed to write trace file %s: %s", path, e)
+            log.error("failed to write trace file %s: %s", complete or self.partial, e)
 
 
 class OpenTelemetrySink:

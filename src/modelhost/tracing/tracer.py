@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from modelhost.errors import InvalidArgument
 from modelhost.tracing.settings import TraceSettings, apply, parse_update
 
@@ -33,7 +35,10 @@ class Trace:
     last: bool = False  # the last trace `count` allows
     timestamps: list[tuple[str, int]] = field(default_factory=list)
     # level TENSORS: (activity, name, datatype, shape, data as a list)
-    tensors: list[tuple[str, str, str, list[int], Any]] = field(default_factory=list)
+    tensors: list[tuple[str, str, str, Any]] = field(
+        default_factory=list
+    )  # (activity, name, datatype, array)
+    nbytes: int = 512  # about what the trace holds, for the sink's memory bound
 
     def stamp(self, name: str, ns: int | None = None) -> None:
         """A point in the request's life, on the steady clock (`time.monotonic_ns`), as Triton records them."""
@@ -42,7 +47,11 @@ class Trace:
     def tensor(self, activity: str, name: str, datatype: str, data: Any) -> None:
         """At level TENSORS: a tensor as the request had it (TENSOR_QUEUE_INPUT) or answered (TENSOR_BACKEND_OUTPUT)."""
         if self.settings.tensors:
-            self.tensors.append((activity, name, datatype, list(data.shape), data.reshape(-1).tolist()))
+            # A copy (the request's buffer, or a shared-memory region, may be reused); turned into text by the sink,
+            # off the event loop.
+            array = np.array(data, copy=True)
+            self.tensors.append((activity, name, datatype, array))
+            self.nbytes += array.nbytes
 
 
 def stamp_request(trace: Trace, started_ns: int, timing: Any, ended_ns: int) -> None:
