@@ -319,6 +319,8 @@ class DynamicBatcher:
                 )
             except InternalError as e:
                 error = e
+            except Exception as e:  # e.g. an output the model did not produce: each caller hears of it
+                error = InternalError(f"failed to split the outputs of the batch: {type(e).__name__}: {e}")
         elif error is None:
             outputs = result.result()
             offset = 0

@@ -160,6 +160,7 @@ class RaggedBatching:
         answers: list[Arrays] = []
         row = 0
         offsets = dict.fromkeys(self.scatters, 0)
+        flat = {name: outputs[name].reshape(-1) for name in self.scatters if name in outputs}
         for inputs, rows, names in requests:
             answer: Arrays = {}
             for name, scatter in self.scatters.items():  # every request's part, asked for or not: they follow
@@ -171,14 +172,14 @@ class RaggedBatching:
                     for i, d in enumerate(scatter.dims)
                 ]
                 start, size = offsets[name], math.prod(shape)
-                flat = outputs[name].reshape(-1)
-                if start + size > flat.size:
+                values = flat[name]
+                if start + size > values.size:
                     raise InternalError(
-                        f"output '{name}' holds {flat.size} elements, too few to scatter to the requests of "
+                        f"output '{name}' holds {values.size} elements, too few to scatter to the requests of "
                         "the batch"
                     )
                 if name in names:
-                    answer[name] = flat[start : start + size].reshape(shape)
+                    answer[name] = values[start : start + size].reshape(shape)
                 offsets[name] = start + size
             for name in names:
                 if name not in self.scatters:
