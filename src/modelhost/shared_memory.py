@@ -243,11 +243,13 @@ class SharedMemoryRegistry:
                 region = self._regions.get(n)
                 if region is None:
                     continue
-                if region.users:
-                    region.unregistering = True  # closed when its last request is done
-                    continue
+                # Gone at once: no new request may use it and the name is free to register again; a request
+                # still using it keeps the mapping, which its release closes.
                 del self._regions[n]
-                region.close()
+                if region.users:
+                    region.unregistering = True
+                else:
+                    region.close()
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         with self._lock:
@@ -271,8 +273,6 @@ class SharedMemoryRegistry:
         with self._lock:
             region.users -= 1
             if region.users == 0 and region.unregistering:
-                if self._regions.get(region.name) is region:
-                    del self._regions[region.name]
                 region.close()
 
     def close(self) -> None:
