@@ -33,6 +33,13 @@ _LARGE_OUTPUT_ELEMENTS = 1 << 18
 _SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 
 
+def _release_when_decoded(decoding: asyncio.Future[DecodedInfer]) -> None:
+    if not decoding.cancelled() and decoding.exception() is None:
+        lease = decoding.result().lease
+        if lease is not None:
+            lease.release()
+
+
 def _ok() -> HttpResponse:
     return HttpResponse(200, b"")
 
@@ -291,7 +298,13 @@ class HttpRoutes:
         # Large bodies are decoded and encoded on a worker thread: parsing 64 MiB of JSON or millions of BYTES
         # elements takes seconds, and the event loop must keep serving everyone else meanwhile.
         if len(request.body) > _LARGE_BODY:
-            decoded = await asyncio.to_thread(self._decode, request, name, version)
+            decoding = asyncio.ensure_future(asyncio.to_thread(self._decode, request, name, version))
+            try:
+                decoded = await asyncio.shield(decoding)
+            except asyncio.CancelledError:
+                # The caller went away while a thread decodes: what it decodes holds shared-memory regions.
+                decoding.add_done_callback(_release_when_decoded)
+                raise
         else:
             decoded = self._decode(request, name, version)
         trace = self.server.start_trace(decoded.request, request.headers.get("traceparent", ""))
