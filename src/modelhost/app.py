@@ -183,6 +183,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         poller.cancel()
     for task in metrics_pollers:
         task.cancel()
+    await asyncio.gather(*metrics_pollers, return_exceptions=True)
     log.info(
         "Received a stop signal: no new requests, waiting up to %d s for %d in flight",
         options.exit_timeout_secs,

@@ -132,6 +132,12 @@ def start_gpu_metrics(nvml: Any = None) -> GpuMetrics | None:
 
 
 async def poll_forever(metrics: GpuMetrics, interval_ms: float) -> None:
+    warned = False
     while True:
         await asyncio.sleep(interval_ms / 1000)
-        await asyncio.to_thread(metrics.poll)
+        try:
+            await asyncio.to_thread(metrics.poll)
+        except Exception as e:  # an NVML error must not end the polling (the gauges keep their last values)
+            if not warned:
+                log.warning("GPU metrics: polling NVML failed: %s", e)
+                warned = True

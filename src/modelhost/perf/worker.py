@@ -368,6 +368,7 @@ class HttpWorker(Worker):
         self.connections: list[HttpConnection] = []
         self.idle_connections: list[HttpConnection] = []
         self.opening = 0
+        self.tasks: set[asyncio.Task[None]] = set()
         self.backlog = 0  # requests due while every connection was busy (rate mode)
 
     async def _open(self) -> HttpConnection:
@@ -404,7 +405,9 @@ class HttpWorker(Worker):
                 return
         if len(self.connections) + self.opening < MAX_RATE_CONNECTIONS:
             self.opening += 1
-            asyncio.get_running_loop().create_task(self._open_and_send())
+            task = asyncio.get_running_loop().create_task(self._open_and_send())
+            self.tasks.add(task)  # a reference until it ends (the loop keeps only weak ones)
+            task.add_done_callback(self.tasks.discard)
         else:
             self.backlog += 1
 
