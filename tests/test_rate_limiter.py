@@ -14,7 +14,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from modelhost.backends.base import Arrays
 from modelhost.cli import main, parse_serve_args
 from modelhost.config import parse_config_text
-from modelhost.errors import ModelConfigError
+from modelhost.errors import ModelConfigError, Unavailable
 from modelhost.options import ServerOptions
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes
@@ -231,6 +231,29 @@ def test_a_caller_that_goes_away_while_waiting_for_resources_leaves_nothing_held
         await settle()
         b.finish()
         await again
+
+    asyncio.run(go())
+
+
+def test_a_request_waiting_for_resources_fails_when_its_model_is_unloaded() -> None:
+    async def go() -> None:
+        limiter = RateLimiter()
+        log: list[str] = []
+        a, b = ManualInstance("a0", log), ManualInstance("b0", log)
+        pool_a = InstancePool([a], limiter, [needs({(0, "R1"): 1})])
+        pool_b = InstancePool([b], limiter, [needs({(0, "R1"): 1})])
+        first = asyncio.ensure_future(pool_a.execute(job()))
+        await settle()
+        waiting = asyncio.ensure_future(pool_b.execute(job()))  # R1 is held by a0
+        await settle()
+        assert not waiting.done()
+        pool_b.close()  # its model unloaded meanwhile
+        await settle()
+        with pytest.raises(Unavailable, match="was unloaded"):
+            await waiting
+        a.finish()
+        assert (await first)["OUT"].tolist() == [1.0, 1.0]
+        assert limiter.held((0, "R1")) == 0
 
     asyncio.run(go())
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from modelhost.backends.base import Arrays, ModelInstance
+from modelhost.errors import Unavailable
 from modelhost.scheduling.rate_limiter import InstanceNeeds, RateLimiter, Slot
 from modelhost.scheduling.responses import ResponseSink
 from modelhost.stats import RequestTiming
@@ -262,7 +263,11 @@ class InstancePool:
                 if not result.done():
                     result.set_exception(e)
 
-        self._limiter.stage(worker.slot, granted)
+        def dropped() -> None:
+            if not result.done():
+                result.set_exception(Unavailable(f"model instance '{worker.instance.name}' was unloaded"))
+
+        self._limiter.stage(worker.slot, granted, dropped)
         self._limiter.dispatch()
 
     def _pop_idle(self) -> Worker:

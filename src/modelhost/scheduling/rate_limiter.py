@@ -85,13 +85,14 @@ def needs_of(group: Any, device: int) -> InstanceNeeds:
 class Slot:
     """One registered instance: its needs, how many executions it has had, and its staged request, if any."""
 
-    __slots__ = ("executions", "needs", "on_grant", "priority", "removed", "staged_at")
+    __slots__ = ("executions", "needs", "on_drop", "on_grant", "priority", "removed", "staged_at")
 
     def __init__(self, needs: InstanceNeeds) -> None:
         self.needs = tuple(needs.resources.items())
         self.priority = max(1, needs.priority)  # as Triton: priority 0 counts as 1
         self.executions = 0
         self.on_grant: Callable[[], None] | None = None
+        self.on_drop: Callable[[], None] | None = None  # its staged request will never run (unregistered)
         self.staged_at = 0
         self.removed = False
 
@@ -183,11 +184,15 @@ class RateLimiter:
 
     # -- scheduling (event loop) ---------------------------------------------------------------------------------
 
-    def stage(self, slot: Slot, on_grant: Callable[[], None]) -> None:
-        """Ask for `slot`'s resources; `on_grant` runs (from `dispatch`) once they are held for it."""
+    def stage(
+        self, slot: Slot, on_grant: Callable[[], None], on_drop: Callable[[], None] | None = None
+    ) -> None:
+        """Ask for `slot`'s resources; `on_grant` runs (from `dispatch`) once they are held for it, or `on_drop`
+        if the slot is unregistered first (its model unloaded)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         slot.on_grant = on_grant
+        slot.on_drop = on_drop
         self._stage_counter += 1
         slot.staged_at = self._stage_counter
         self._staged.append(slot)
@@ -224,6 +229,10 @@ class RateLimiter:
     def _grant_round(self) -> None:
         if not self._staged:
             return
+        for slot in self._staged:
+            if slot.removed and slot.on_drop is not None:
+                on_drop, slot.on_drop, slot.on_grant = slot.on_drop, None, None
+                on_drop()  # its request fails instead of waiting for ever
         staged = sorted(
             (s for s in self._staged if not s.removed), key=lambda s: (s.executions * s.priority, s.staged_at)
         )
