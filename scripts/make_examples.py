@@ -239,6 +239,13 @@ FP32 MLP 256 -> 1024 (ReLU) -> 1024 (ReLU) -> 10 (three Gemm nodes), ~5 MB of fl
 - `max_batch_size: 64`, `instance_group [{ count: 1, kind: KIND_CPU }]`, no dynamic batching (yet)
 - the model used by the load benchmark in `benchmarks/`
 
+## `simple_ensemble`
+
+An ensemble (`platform: "ensemble"`) of two `simple` steps: the first gives `sum` = INPUT0 + INPUT1 and
+`diff` = INPUT0 - INPUT1, the second adds and subtracts those, so `OUTPUT0` = 2 * INPUT0 and
+`OUTPUT1` = 2 * INPUT1. TYPE_INT32 [16], `max_batch_size: 8`. Its version directory holds only a placeholder
+file (an ensemble has no model file); see `docs/ensembles.md`.
+
 All ONNX inputs have a dynamic first dimension named `batch`, which is the Triton batch dimension
 (the `dims` in `config.pbtxt` exclude it).
 """
@@ -247,6 +254,41 @@ All ONNX inputs have a dynamic first dimension named `batch`, which is the Trito
 # ----------------------------------------------------------------------------------------------------------
 # Writing and checking
 # ----------------------------------------------------------------------------------------------------------
+
+
+ENSEMBLE_CONFIG = """\
+name: "simple_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "simple"
+      model_version: -1
+      input_map { key: "INPUT0" value: "INPUT0" }
+      input_map { key: "INPUT1" value: "INPUT1" }
+      output_map { key: "OUTPUT0" value: "sum" }
+      output_map { key: "OUTPUT1" value: "diff" }
+    },
+    {
+      model_name: "simple"
+      model_version: -1
+      input_map { key: "INPUT0" value: "sum" }
+      input_map { key: "INPUT1" value: "diff" }
+      output_map { key: "OUTPUT0" value: "OUTPUT0" }
+      output_map { key: "OUTPUT1" value: "OUTPUT1" }
+    }
+  ]
+}
+"""
 
 
 def build() -> dict[str, bytes]:
@@ -260,6 +302,9 @@ def build() -> dict[str, bytes]:
         "identity_fp32/1/model.onnx": make_identity_fp32().SerializeToString(),
         "mlp/config.pbtxt": mlp_config().encode(),
         "mlp/1/model.onnx": make_mlp().SerializeToString(),
+        "simple_ensemble/config.pbtxt": ENSEMBLE_CONFIG.encode(),
+        # git keeps no empty directory, and the version directory must exist.
+        "simple_ensemble/1/.keep": b"",
     }
     return files
 
