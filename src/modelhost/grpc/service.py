@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf import json_format  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from modelhost.devices import gpu_count
@@ -376,10 +377,26 @@ class _GenericHandlersOnly:
         pass
 
 
+class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+    """The standard `grpc.health.v1.Health/Check` that Kubernetes gRPC probes use: SERVING while the server is
+    ready, NOT_SERVING otherwise, whatever service is named (as Triton answers it). `Watch` is not served."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    async def Check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        serving = self.server.is_ready()
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        return health_pb2.HealthCheckResponse(status=status)
+
+
 async def start_grpc_server(server: Server, host: str, port: int) -> grpc.aio.Server:
     grpc_server = grpc.aio.server(options=MESSAGE_OPTIONS)
     generic = _GenericHandlersOnly()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(server), generic)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthService(server), generic)
     grpc_server.add_generic_rpc_handlers(generic.handlers)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
