@@ -101,6 +101,7 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "metrics_interval_ms": 2000.0,
         "metrics_config": {},
         "trace_config": [],
+        "cache_config": [],
     }
 
 
@@ -160,6 +161,8 @@ HONOURED_SAMPLES = {
     "trace-rate": "5",
     "trace-count": "3",
     "trace-log-frequency": "2",
+    "cache-config": "local,size=1024",
+    "response-cache-byte-size": "2048",
 }
 # Flags that are only valid together with another one.
 PREREQUISITES = {"load-model": ["--model-control-mode=explicit"]}

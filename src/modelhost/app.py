@@ -23,6 +23,7 @@ from modelhost.metrics import configure_metrics, start_metrics_server, start_pol
 from modelhost.options import ServerOptions
 from modelhost.registry import ControlMode, LoadSettings, ModelRegistry
 from modelhost.repository.sources import RepositoryError, RepositorySource, open_repository
+from modelhost.response_cache import ResponseCache, parse_cache_config
 from modelhost.scheduling.rate_limiter import RateLimiter
 from modelhost.server import EXTENSIONS, Server
 from modelhost.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
@@ -100,6 +101,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     gpus = gpu_count()
     for level, message in gpu_memory_notes(options, gpus):
         log.log(level, "%s", message)
+    cache_settings = parse_cache_config(options.cache_config)  # checked by ServerOptions
     settings = LoadSettings(
         config_name=options.model_config_name,
         auto_complete=options.auto_complete_config,
@@ -109,6 +111,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         load_threads=options.model_load_thread_count,
         load_retries=options.model_load_retry_count,
         rate_limiter=_rate_limiter(options),
+        response_cache=cache_settings is not None,
     )
     mode = options.model_control_mode
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions
@@ -118,6 +121,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         allowed=options.allow_client_shm, reserved_prefixes=_reserved_shm_prefixes(options)
     )
     server.tracer, server.tracer_otel = _tracer(options)
+    if cache_settings is not None:
+        server.response_cache = ResponseCache(cache_settings)
+        log.info("response cache: local, %d bytes", cache_settings.size)
     # Before the first load: python models call other models (BLS) and export their own metrics.
     registry.services = BackendServices(loop=asyncio.get_running_loop(), server=server)
     configure_metrics(options)  # before the first load too: statistics keep the latency families asked for
@@ -155,6 +161,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         if options.allow_metrics:
             polled, metrics_pollers = start_polled_metrics(options)
+            if server.response_cache is not None:
+                polled.append(server.response_cache)  # nv_cache_* of the local cache
             metrics_server = await start_metrics_server(
                 registry.ready_models,
                 options.metrics_address,

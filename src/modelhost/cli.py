@@ -322,14 +322,13 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("trace-log-frequency", "int", "0", TRACING,
               "DEPRECATED: use --trace-config triton,log-frequency=<n>."),
     # Response cache
-    _refused("cache-config", "str", "", CACHE, "A cache setting, e.g. local,size=<bytes>; repeatable.",
-             "the response cache is not implemented yet", repeatable=True,
-             metavar="<cache>,<setting>=<value>"),
+    _honoured("cache-config", "str", "", CACHE,
+              "A response cache setting: local,size=<bytes> (the redis cache is not supported yet); repeatable.",
+              repeatable=True, metavar="<cache>,<setting>=<value>"),
     _ignored("cache-directory", "str", "/opt/tritonserver/caches", CACHE,
              "Directory of cache shared libraries.", "modelhost loads no cache shared libraries"),
-    _refused("response-cache-byte-size", "int", "0", CACHE,
-             "DEPRECATED: use --cache-config local,size=<bytes>.",
-             "the response cache is not implemented yet", accepted=("0",)),
+    _honoured("response-cache-byte-size", "int", "0", CACHE,
+              "DEPRECATED: use --cache-config local,size=<bytes>."),
     # Rate limiter
     _honoured("rate-limit", "str", "off", RATE_LIMITER,
               "Rate limiter mode: off, or execution_count (an instance executes only once the resources its "
@@ -586,6 +585,7 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     rate_limit_resources: list[tuple[str, int, int | None]] = []
     metrics_config: dict[str, str] = {}  # a setting given twice keeps its last value
     trace_config: list[str] = []  # checked by ServerOptions (tracing/settings.py)
+    cache_config: list[str] = []  # checked by ServerOptions (response_cache.py)
     disable_auto_complete = strict_model_config = False
     for name, raw in given:
         flag = FLAGS_BY_NAME[name]
@@ -611,6 +611,11 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             if not equals or not setting.strip():
                 raise CliError(f"--metrics-config format is '<setting>=<value>', got {raw!r}")
             metrics_config[setting.strip()] = setting_value  # checked by ServerOptions
+        elif name == "cache-config":
+            cache_config.append(raw)
+        elif name == "response-cache-byte-size":
+            if int(value) > 0:  # 0: no cache, as in tritonserver
+                cache_config.append(f"local,size={int(value)}")
         elif name in _TRACE_FLAGS:
             trace_config.append(_TRACE_FLAGS[name] + raw)  # the deprecated flags, as --trace-config
         elif name == "backend-config":
@@ -649,6 +654,7 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             rate_limit_resources=rate_limit_resources,
             metrics_config=metrics_config,
             trace_config=trace_config,
+            cache_config=cache_config,
             **values,
         )
     except ValueError as error:

@@ -122,6 +122,22 @@ _SUMMARIES: list[tuple[str, str, str]] = [
     ),
 ]
 
+# Only for models whose responses are cached (--cache-config and `response_cache { enable: true }`).
+_CACHE_COUNTS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.cache_hit.count),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", lambda s: s.cache_miss.count),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        lambda s: s.cache_hit.ns // 1000,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert + lookup) duration per model, in microseconds",
+        lambda s: s.cache_miss.ns // 1000,
+    ),
+]
+
 _GAUGES: list[tuple[str, str, Callable[[ModelStats], float]]] = [
     (
         "nv_inference_pending_request_count",
@@ -220,6 +236,11 @@ def render(
         lines.append(f"# TYPE {name} counter")
         for stats, label, _, _ in entries:
             lines.append(f"{name}{{{label}}} {value(stats)}")
+    cached = [(stats, label) for stats, label, _, _ in entries if stats.cached]
+    for name, help_text, value in _CACHE_COUNTS if cached else []:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} counter")
+        lines.extend(f"{name}{{{label}}} {value(stats)}" for stats, label in cached)
     if config.summary_latencies:
         quantiles = [q for q, _ in config.summary_quantiles]
         for name, help_text, attribute in _SUMMARIES:

@@ -84,6 +84,8 @@ class ServerOptions:
     allow_gpu_metrics: bool = True
     metrics_interval_ms: float = 2000.0
     metrics_config: dict[str, str] = field(default_factory=dict)
+    # --cache-config values as given (response_cache.py checks them).
+    cache_config: list[str] = field(default_factory=list)
     # --trace-config values as given (the deprecated trace flags translated), see tracing/settings.py.
     trace_config: list[str] = field(default_factory=list)
 
@@ -132,6 +134,7 @@ def _problems(options: ServerOptions) -> list[str]:
     problems.extend(_rate_limit_problems(options))
     problems.extend(_metrics_problems(options))
     problems.extend(_trace_problems(options))
+    problems.extend(_cache_problems(options))
     problems.extend(_port_collisions(options))
     return problems
 
@@ -218,6 +221,16 @@ def _metrics_problems(options: ServerOptions) -> list[str]:
     except ValueError as error:
         problems.append(str(error))
     return problems
+
+
+def _cache_problems(options: ServerOptions) -> list[str]:
+    from modelhost.response_cache import parse_cache_config
+
+    try:
+        parse_cache_config(options.cache_config)
+    except ValueError as error:
+        return [f"--cache-config: {error}"]
+    return []
 
 
 def _trace_problems(options: ServerOptions) -> list[str]:

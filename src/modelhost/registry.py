@@ -104,6 +104,8 @@ class LoadSettings:
     load_retries: int = 0
     # --rate-limit=execution_count: the server-wide limiter (None: off).
     rate_limiter: RateLimiter | None = None
+    # --cache-config given: models with `response_cache { enable: true }` use the server's response cache.
+    response_cache: bool = False
 
     def backend_settings(self, backend: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(backend, {})}
@@ -545,6 +547,10 @@ class ModelRegistry:
             InstancePool([]),
             ensemble=EnsembleScheduler(plan, config, self.services),
         )
+        # A decoupled ensemble is not cached (as a decoupled model: refused at load by Triton).
+        model.stats.cached = (
+            self.settings.response_cache and bool(config.response_cache.enable) and not plan.decoupled
+        )
         model.stats.load_duration_s = time.monotonic() - started
         log.info("successfully loaded '%s' version %d", name, version)
         return model
@@ -656,7 +662,9 @@ class ModelRegistry:
             for instance in instances:
                 instance.close()
             raise
-        return LoadedModel(name, version, config, model_dir, pool)
+        model = LoadedModel(name, version, config, model_dir, pool)
+        model.stats.cached = self.settings.response_cache and bool(config.response_cache.enable)
+        return model
 
     # -- unloading ---------------------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from modelhost.log_settings import LogSettings
 from modelhost.model import FINAL_RESPONSE, LoadedModel
 from modelhost.registry import ModelRegistry
 from modelhost.repository.overrides import parse_load_parameters
+from modelhost.response_cache import ResponseCache, cache_key
 from modelhost.shared_memory import SharedMemoryRegistry
 from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix
@@ -58,6 +59,8 @@ class Server:
         # The trace extension; off until the app sets it up from --trace-config.
         self.tracer = Tracer(TraceSettings(), None)
         self.tracer_otel: OpenTelemetrySettings | None = None
+        # --cache-config: the response cache models with `response_cache { enable: true }` use.
+        self.response_cache: ResponseCache | None = None
 
     # -- health and metadata -----------------------------------------------------------------------------------
 
@@ -150,9 +153,17 @@ class Server:
             raise Unavailable("Server is shutting down: no new inference requests are accepted")
         model = self.registry.get(request.model_name, request.model_version)
         stats = model.stats
-        verbose = log.isEnabledFor(
-            logging.DEBUG
-        )  # --log-verbose >= 1: every request, as Triton's verbose log
+        cache = self.response_cache if stats.cached else None
+        if cache is not None:
+            started = time.perf_counter_ns()
+            key = cache_key(model.name, model.version_str, request)
+            hit = cache.lookup(key, request, model.version_str)
+            lookup_ns = time.perf_counter_ns() - started
+            if hit is not None:
+                stats.served_from_cache(time.perf_counter_ns() - started, lookup_ns)
+                return hit
+        # --log-verbose >= 1: every request, as Triton's verbose log.
+        verbose = log.isEnabledFor(logging.DEBUG)
         if verbose:
             log.debug("%s", _describe(request, model))
         trace = request.trace
@@ -171,6 +182,10 @@ class Server:
             raise
         else:
             stats.succeeded(time.perf_counter_ns() - started, timing)
+            if cache is not None:
+                inserted = time.perf_counter_ns()
+                cache.insert(key, response)
+                stats.cache_miss.add(lookup_ns + time.perf_counter_ns() - inserted)
             if verbose:
                 log.debug(
                     "%srequest for model '%s' version %s succeeded in %d us (queue %d us, compute %d us)",

@@ -309,6 +309,10 @@ class ModelStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    # The response cache: requests answered from it (lookup time), and those it missed (lookup + insertion).
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
+    cached: bool = False  # the model's responses are cached (its cache families are exported)
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     batches: dict[int, BatchStats] = field(default_factory=dict)
     responses: dict[int, ResponseStats] = field(default_factory=dict)
@@ -344,6 +348,12 @@ class ModelStats:
         if self.summaries is not None:
             self.summaries.observe(total_ns, timing)
 
+    def served_from_cache(self, total_ns: int, lookup_ns: int) -> None:
+        """A request answered from the response cache: a success, no queue, no compute, no execution."""
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.success.add(total_ns)
+        self.cache_hit.add(lookup_ns)
+
     def failed(self, total_ns: int, reason: str) -> None:
         self.last_inference_ms = time.time_ns() // 1_000_000
         self.fail.add(total_ns)
@@ -362,7 +372,6 @@ class ModelStats:
 
     def to_json(self) -> dict[str, Any]:
         """Triton's statistics JSON for this version (HTTP; the gRPC message has the same fields)."""
-        empty = Duration().to_json()
         return {
             "name": self.name,
             "version": self.version,
@@ -376,8 +385,8 @@ class ModelStats:
                 "compute_input": self.compute_input.to_json(),
                 "compute_infer": self.compute_infer.to_json(),
                 "compute_output": self.compute_output.to_json(),
-                "cache_hit": empty,
-                "cache_miss": empty,
+                "cache_hit": self.cache_hit.to_json(),
+                "cache_miss": self.cache_miss.to_json(),
             },
             "response_stats": {str(index): r.to_json() for index, r in sorted(self.responses.items())},
             "batch_stats": [
