@@ -26,6 +26,9 @@ from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.server")
 
+# Inputs larger than this are hashed for the response cache on a worker thread (64 MiB take tens of ms).
+_HASH_ON_THREAD_BYTES = 1 << 20
+
 # Extensions listed in server metadata: only the ones this server implements.
 EXTENSIONS = [
     "classification",
@@ -156,7 +159,10 @@ class Server:
         cache = self.response_cache if stats.cached else None
         if cache is not None:
             started = time.perf_counter_ns()
-            key = cache_key(model.name, model.version_str, request)
+            if sum(t.data.nbytes for t in request.inputs) > _HASH_ON_THREAD_BYTES:  # keep the loop serving
+                key = await asyncio.to_thread(cache_key, model.name, model.version_str, request)
+            else:
+                key = cache_key(model.name, model.version_str, request)
             hit = cache.lookup(key, request, model.version_str)
             lookup_ns = time.perf_counter_ns() - started
             if hit is not None:
