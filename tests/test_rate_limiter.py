@@ -59,6 +59,22 @@ def needs(resources: dict[tuple[int, str], int], priority: int = 1) -> InstanceN
     return InstanceNeeds(resources, priority)
 
 
+def sharing_one_r1(
+    first: str = "a", second: str = "b"
+) -> tuple[RateLimiter, list[str], tuple[ManualInstance, InstancePool], tuple[ManualInstance, InstancePool]]:
+    """Two one-instance models whose instances each need the one copy of R1: (limiter, execution log,
+    (instance, pool) of each)."""
+    limiter = RateLimiter()
+    log: list[str] = []
+    a, b = ManualInstance(first, log), ManualInstance(second, log)
+    return (
+        limiter,
+        log,
+        (a, InstancePool([a], limiter, [needs({(0, "R1"): 1})])),
+        (b, InstancePool([b], limiter, [needs({(0, "R1"): 1})])),
+    )
+
+
 async def settle() -> None:
     for _ in range(10):
         await asyncio.sleep(0)
@@ -207,11 +223,7 @@ def test_failures_release_the_resources() -> None:
 
 def test_a_caller_that_goes_away_while_waiting_for_resources_leaves_nothing_held() -> None:
     async def go() -> None:
-        limiter = RateLimiter()
-        log: list[str] = []
-        a, b = ManualInstance("a", log), ManualInstance("b", log)
-        pool_a = InstancePool([a], limiter, [needs({(0, "R1"): 1})])
-        pool_b = InstancePool([b], limiter, [needs({(0, "R1"): 1})])
+        limiter, log, (a, pool_a), (b, pool_b) = sharing_one_r1("a", "b")
         running_a = asyncio.ensure_future(pool_a.execute(job()))
         await settle()
         waiting_b = asyncio.ensure_future(pool_b.execute(job()))
@@ -237,11 +249,7 @@ def test_a_caller_that_goes_away_while_waiting_for_resources_leaves_nothing_held
 
 def test_a_request_waiting_for_resources_fails_when_its_model_is_unloaded() -> None:
     async def go() -> None:
-        limiter = RateLimiter()
-        log: list[str] = []
-        a, b = ManualInstance("a0", log), ManualInstance("b0", log)
-        pool_a = InstancePool([a], limiter, [needs({(0, "R1"): 1})])
-        pool_b = InstancePool([b], limiter, [needs({(0, "R1"): 1})])
+        limiter, _, (a, pool_a), (_, pool_b) = sharing_one_r1("a0", "b0")
         first = asyncio.ensure_future(pool_a.execute(job()))
         await settle()
         waiting = asyncio.ensure_future(pool_b.execute(job()))  # R1 is held by a0
@@ -260,11 +268,7 @@ def test_a_request_waiting_for_resources_fails_when_its_model_is_unloaded() -> N
 
 def test_acquired_workers_hold_nothing_until_they_start() -> None:
     async def go() -> None:
-        limiter = RateLimiter()
-        log: list[str] = []
-        a, b = ManualInstance("a", log), ManualInstance("b", log)
-        pool_a = InstancePool([a], limiter, [needs({(0, "R1"): 1})])
-        pool_b = InstancePool([b], limiter, [needs({(0, "R1"): 1})])
+        limiter, log, (a, pool_a), (b, pool_b) = sharing_one_r1("a", "b")
         # A batcher holds an instance while it forms a batch: the resource stays free meanwhile.
         worker = await pool_a.acquire()
         assert limiter.held((0, "R1")) == 0

@@ -14,6 +14,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Explicit mode with every model loaded at startup (as none mode would load them), so that tests may also unload
+# and load; models that fail to load on purpose leave the server up (--exit-on-error=false) and its ready
+# endpoint at 200 (--strict-readiness=false), which running_server waits for.
+LOAD_ALL_EXPLICITLY = (
+    "--model-control-mode=explicit",
+    "--load-model=*",
+    "--exit-on-error=false",
+    "--strict-readiness=false",
+)
+
 
 def free_ports(count: int) -> list[int]:
     """Ports free now, all different: the sockets are held open together while the OS picks, since ports picked

@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 
 from e2e import ensemble_models
 from e2e.clients import Api, failure, poll
-from e2e.server_process import RunningServer, running_server
+from e2e.server_process import LOAD_ALL_EXPLICITLY, RunningServer, running_server
 
 
 @pytest.fixture(scope="module")
@@ -32,17 +32,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    # Explicit mode with every model loaded at startup, so that tests can unload and load; the broken ensembles
-    # fail on purpose (--exit-on-error=false, --strict-readiness=false keep the server up and ready).
+    # The broken ensembles fail to load on purpose.
     log = tmp_path_factory.mktemp("logs") / "ensembles.log"
-    with running_server(
-        [repo],
-        log,
-        "--model-control-mode=explicit",
-        "--load-model=*",
-        "--exit-on-error=false",
-        "--strict-readiness=false",
-    ) as running:
+    with running_server([repo], log, *LOAD_ALL_EXPLICITLY) as running:
         yield running
 
 

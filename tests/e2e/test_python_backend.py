@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 
 from e2e.clients import Api, failure, fp32, poll
 from e2e.models import add_versioned_add
-from e2e.server_process import RunningServer, running_server
+from e2e.server_process import LOAD_ALL_EXPLICITLY, RunningServer, running_server
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 FAILING_TO_LOAD = ("import_error", "init_error")
@@ -43,20 +43,11 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    # Explicit mode with --load-model=* loads every model at startup, as none mode would, and also lets the
-    # faulty-model tests send load requests and see the load response. import_error and init_error fail to load
-    # on purpose: --exit-on-error=false keeps the server up, --strict-readiness=false keeps /v2/health/ready
-    # (which running_server waits for) at 200. The reference answered the same in both modes.
+    # Explicit mode also lets the faulty-model tests send load requests and see the load response;
+    # import_error and init_error fail to load on purpose. The reference answered the same in both modes.
     log = tmp_path_factory.mktemp("logs") / "python_backend.log"
-    with running_server(
-        [repo],
-        log,
-        "--model-control-mode=explicit",
-        "--load-model=*",
-        "--exit-on-error=false",
-        "--strict-readiness=false",
-        f"--backend-config=python,shm-region-prefix-name={SHM_PREFIX}",
-    ) as running:
+    shm = f"--backend-config=python,shm-region-prefix-name={SHM_PREFIX}"
+    with running_server([repo], log, *LOAD_ALL_EXPLICITLY, shm) as running:
         yield running
     leftovers = [n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)]
     assert leftovers == [], "shared memory left behind after the server stopped"

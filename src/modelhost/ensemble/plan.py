@@ -75,10 +75,6 @@ class EnsemblePlan:
         self.decoupled = self._check(config, composing)
         self._pruned: dict[frozenset[str], frozenset[int]] = {}
 
-    @property
-    def model_names(self) -> list[str]:
-        return list(dict.fromkeys(s.model_name for s in self.steps))
-
     @staticmethod
     def _step(index: int, step: Any, model: Any) -> Step:
         version = int(step.model_version)

@@ -26,7 +26,7 @@ from typing import Any
 from modelhost.backends.base import Arrays, BackendServices
 from modelhost.ensemble.plan import EnsemblePlan, Step
 from modelhost.errors import InvalidArgument, ModelhostError
-from modelhost.io_specs import input_specs, output_specs
+from modelhost.io_specs import input_specs, output_specs, shape_matches
 from modelhost.model import FINAL_RESPONSE
 from modelhost.scheduling.instances import Job
 from modelhost.scheduling.responses import ResponseSink
@@ -37,10 +37,6 @@ from modelhost.types import InferenceRequest, InferenceResponse, RequestedOutput
 _Value = tuple[Tensor | None, int]
 
 
-def _dims_match(dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
-    return len(dims) == len(shape) and all(d == -1 or d == s for d, s in zip(dims, shape, strict=True))
-
-
 def fit_batch(array: Any, batch_size: int, dims: tuple[int, ...], batching: bool) -> Any:
     """A tensor from a batching model fed to a non-batching one, or the other way round: add or drop the batch
     dimension of 1 where the shape needs it (Triton's ReshapeTensorDims). A view, never a copy."""
@@ -48,9 +44,9 @@ def fit_batch(array: Any, batch_size: int, dims: tuple[int, ...], batching: bool
         return array
     shape = tuple(array.shape)
     if batching:
-        if _dims_match(dims, shape):
+        if shape_matches(shape, dims):
             return array.reshape((1, *shape))
-    elif batch_size == 1 and not _dims_match(dims, shape):
+    elif batch_size == 1 and not shape_matches(shape, dims):
         return array.reshape(shape[1:])
     return array
 
@@ -77,18 +73,15 @@ class EnsembleScheduler:
         self.limits = (
             [asyncio.Semaphore(plan.max_inflight) for _ in plan.steps] if plan.max_inflight > 0 else None
         )
-        self._running = 0
         self._routes: dict[tuple[str, ...], _Route] = {}
 
     async def execute(self, job: Job, priority: int = 0, timeout_us: int = 0) -> Arrays:
         """The requested outputs; for a decoupled ensemble, the responses go to `job.sink` and this returns {}
         once the last is sent."""
         started = time.perf_counter_ns()
-        self._running += 1
         try:
             return await _Run(self, job).run()
         finally:
-            self._running -= 1
             job.timing.infer_ns += time.perf_counter_ns() - started
 
     def tracer(self) -> Any:
@@ -106,9 +99,6 @@ class EnsembleScheduler:
 
     def queued(self) -> int:
         return 0  # requests wait in their composing models' queues, which count them
-
-    def running(self) -> int:
-        return self._running
 
     def ready(self) -> bool:
         """Every composing model serves (one unloaded makes the ensemble unable to answer)."""

@@ -34,7 +34,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from modelhost.perf.bodies import SEQUENCE_ID_WIDTH, grpc_sequence_id
+from modelhost.perf.bodies import grpc_sequence_id, with_sequence_id
 
 MAX_RATE_CONNECTIONS = 1024
 
@@ -130,8 +130,7 @@ class SequenceSlot:
         template, id_offset = self.stream[self.position % len(self.stream)][start * 2 + end]
         self.position += 1
         if id_offset >= 0:
-            field = str(self.sequence_id).encode().rjust(SEQUENCE_ID_WIDTH)
-            return template[:id_offset] + field + template[id_offset + SEQUENCE_ID_WIDTH :]
+            return with_sequence_id(template, id_offset, self.sequence_id)
         return template + grpc_sequence_id(self.sequence_id)
 
     def next(self) -> bytes:

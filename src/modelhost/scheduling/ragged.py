@@ -111,11 +111,6 @@ class RaggedBatching:
             config.batch_input or config.batch_output or any(t.allow_ragged_batch for t in config.input)
         )
 
-    @property
-    def server_inputs(self) -> set[str]:
-        """The batch inputs: model inputs fed by the server, which the config does not list as inputs."""
-        return {b.target for b in self.batch_inputs}
-
     def key(self, inputs: Arrays) -> tuple[Any, ...]:
         """Requests with equal keys may share a batch: a ragged input's shape does not keep them apart."""
         return tuple(
