@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -12,11 +13,11 @@ from typing import cast
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.backends.base import BackendServices
 from modelhost.devices import gpu_count
+from modelhost.frontends.grpc.service import start_grpc_server
+from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
+from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.gpu_memory import GpuMemory
 from modelhost.gpu_memory import startup_notes as gpu_memory_notes
-from modelhost.grpc.service import start_grpc_server
-from modelhost.http.protocol import HttpProtocol, start_http_server
-from modelhost.http.routes import HttpRoutes
 from modelhost.log_settings import LogSettings
 from modelhost.logs import log_table
 from modelhost.metrics import configure_metrics, start_metrics_server, start_polled_metrics
@@ -27,6 +28,7 @@ from modelhost.response_cache import ResponseCache, parse_cache_config
 from modelhost.scheduling.rate_limiter import RateLimiter
 from modelhost.server import EXTENSIONS, Server
 from modelhost.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
+from modelhost.supervisor import Frontends, FrontendStartError, stop_when_set
 from modelhost.tracing.settings import OpenTelemetrySettings, parse_trace_config
 from modelhost.tracing.sinks import OpenTelemetrySink, TritonFileSink
 from modelhost.tracing.tracer import Tracer
@@ -146,19 +148,24 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
 
     http_server: asyncio.Server | None = None
     connections: set[HttpProtocol] = set()
+    frontends: Frontends | None = None
     metrics_server: asyncio.Server | None = None
     metrics_pollers: list[asyncio.Task[None]] = []  # CPU / GPU families, every --metrics-interval-ms
     grpc_server = None
     try:
-        if options.allow_grpc:
-            grpc_server = await start_grpc_server(server, options.grpc_address, options.grpc_port)
-            log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, options.grpc_port)
-        if options.allow_http:
+        if options.allow_http and options.frontend_processes > 0:
+            frontends = Frontends(options, server)
+            await frontends.start()
+        elif options.allow_http:
             routes = HttpRoutes(server, options.http_max_input_size)
             http_server, connections = await start_http_server(
                 routes, options.http_address, options.http_port, options.http_max_input_size
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
+        # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
+        if options.allow_grpc:
+            grpc_server = await start_grpc_server(server, options.grpc_address, options.grpc_port)
+            log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, options.grpc_port)
         if options.allow_metrics:
             polled, metrics_pollers = start_polled_metrics(options)
             if server.response_cache is not None:
@@ -171,9 +178,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 polled,
             )
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
-    except OSError as e:
+    except (OSError, FrontendStartError) as e:
         log.error("failed to start the server: %s", e)
-        await _stop(server, http_server, connections, metrics_server, grpc_server, 0)
+        await _stop(server, http_server, connections, frontends, metrics_server, grpc_server, 0)
         return 1
 
     stop = asyncio.Event()
@@ -184,9 +191,17 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     poller: asyncio.Task[None] | None = None
     if mode == "poll" and options.repository_poll_secs > 0:
         poller = asyncio.create_task(registry.poll_forever(options.repository_poll_secs))
+    failure_watch: asyncio.Task[None] | None = None
+    if frontends is not None and frontends.supervisor is not None:
+        # Frontends that cannot be kept running stop the server.
+        failure_watch = stop_when_set(frontends.supervisor.failed, stop)
     if ready is not None:
         ready.set()
+    # What was allocated while starting (models, configs, modules) lives until the end: out of every collection.
+    gc.freeze()
     await stop.wait()
+    if failure_watch is not None:
+        failure_watch.cancel()
     if poller is not None:
         poller.cancel()
     for task in metrics_pollers:
@@ -198,8 +213,10 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         server.in_flight,
     )
     drained = await _stop(
-        server, http_server, connections, metrics_server, grpc_server, options.exit_timeout_secs
+        server, http_server, connections, frontends, metrics_server, grpc_server, options.exit_timeout_secs
     )
+    if frontends is not None and frontends.supervisor is not None and frontends.supervisor.failed.is_set():
+        return 1
     return 0 if drained else EXIT_TIMED_OUT
 
 
@@ -207,6 +224,7 @@ async def _stop(
     server: Server,
     http_server: asyncio.Server | None,
     connections: set[HttpProtocol],
+    frontends: Frontends | None,
     metrics_server: asyncio.Server | None,
     grpc_server: object | None,
     timeout: float,
@@ -214,7 +232,12 @@ async def _stop(
     """Stop serving; False when requests were still running at the timeout."""
     if http_server is not None:
         http_server.close()  # stop accepting; open connections finish what they have
-    drained = await server.drain(timeout)
+    if frontends is not None:
+        # The frontends stop accepting and wait for their requests, which the engine serves meanwhile.
+        drained, frontends_done = await asyncio.gather(server.drain(timeout), frontends.stop(timeout))
+        drained = drained and frontends_done
+    else:
+        drained = await server.drain(timeout)
     if not drained:
         log.warning("exit timeout expired with %d requests still in flight", server.in_flight)
     for connection in list(connections):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from typing import Any, Literal, NoReturn
 
 import modelhost
 from modelhost.logs import LOGGER_NAME, configure_logging
-from modelhost.options import ServerOptions, parse_address
+from modelhost.options import ServerOptions, auto_frontend_processes, parse_address
 
 log = logging.getLogger(f"{LOGGER_NAME}.cli")
 
@@ -152,6 +153,13 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("strict-readiness", "bool", "true", SERVER,
               "If true, ready only when the server is live and all models are ready; if false, when live.",
               field="strict_readiness"),
+    _honoured("frontend-processes", "str", "0", SERVER,
+              "modelhost only: serve HTTP from N frontend processes in front of one engine process (auto: "
+              "from the cores, see docs/frontend-processes.md); 0 serves everything from one process.",
+              metavar="<N|auto>"),
+    _honoured("frontend-buffer-byte-size", "int", str(1 << 28), SERVER,
+              "modelhost only: bytes of requests one frontend process may have in flight to the engine; past "
+              "that, requests are refused with 503 at once.", field="frontend_buffer_byte_size"),
     _honoured("allow-client-shm", "bool", "false", SERVER,
               "Let clients register and use system shared-memory regions (CUDA shared memory is not "
               "supported).", field="allow_client_shm"),
@@ -568,6 +576,16 @@ _TRACE_FLAGS = {
 }
 
 
+def _frontend_processes(raw: str) -> int:
+    text = raw.strip().lower()
+    if text == "auto":
+        return auto_frontend_processes(len(os.sched_getaffinity(0)))
+    number = _int_or_none(text)
+    if number is None:
+        raise CliError(f"--frontend-processes must be a number or auto, got {raw!r}")
+    return number
+
+
 def _parse_serve(argv: Sequence[str]) -> tuple[ServerOptions, list[Note]]:
     namespace = serve_parser().parse_args(list(argv))
     given: list[tuple[str, str]] = getattr(namespace, "given", [])
@@ -627,6 +645,8 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
         elif name == "model-load-gpu-limit":
             gpu, fraction = _load_limit(flag, raw)
             load_limits[gpu] = fraction
+        elif name == "frontend-processes":
+            values["frontend_processes"] = _frontend_processes(raw)
         elif name == "disable-auto-complete-config":
             disable_auto_complete = True
         elif name == "strict-model-config":

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from modelhost.http.protocol import HttpRequest, HttpResponse, error_response, start_http_server
+from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response, start_http_server
 from modelhost.metrics_config import MetricsConfig, parse_metrics_config
 from modelhost.options import ServerOptions
 from modelhost.python_backend.custom_metrics import CustomMetrics

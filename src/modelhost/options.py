@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
+DEFAULT_FRONTEND_BUFFER_BYTE_SIZE = 1 << 28  # 256 MiB
+MAX_FRONTEND_PROCESSES = 64
 LOG_FORMATS = ("default", "ISO8601")
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
 RATE_LIMIT_MODES = ("off", "execution_count")
@@ -26,6 +28,19 @@ HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
     ),
 }
 TEXT_BACKEND_CONFIG = frozenset({"shm-region-prefix-name"})
+
+
+def auto_frontend_processes(cores: int) -> int:
+    """--frontend-processes=auto: the number of frontend processes for a machine of `cores` usable cores.
+
+    The engine process keeps one core busy at high rates (scheduling and the model runtimes' own threads share
+    it), and every frontend process takes what a core gives; measured in benchmarks/README.md ("Frontend
+    processes"). One core: none (a second process only adds the hop). Otherwise one frontend per core beyond
+    the engine's, at least one, at most 8 (past that one engine loop is the limit).
+    """
+    if cores <= 1:
+        return 0
+    return max(1, min(8, cores - 1))
 
 
 def parse_address(text: str) -> str:
@@ -88,6 +103,10 @@ class ServerOptions:
     cache_config: list[str] = field(default_factory=list)
     # --trace-config values as given (the deprecated trace flags translated), see tracing/settings.py.
     trace_config: list[str] = field(default_factory=list)
+    # --frontend-processes (`auto` resolved by auto_frontend_processes): 0 = HTTP served by the engine process.
+    frontend_processes: int = 0
+    # --frontend-buffer-byte-size: request bytes one frontend process may have in flight to the engine.
+    frontend_buffer_byte_size: int = DEFAULT_FRONTEND_BUFFER_BYTE_SIZE
 
     def __post_init__(self) -> None:
         if not self.metrics_address:
@@ -116,6 +135,13 @@ def _problems(options: ServerOptions) -> list[str]:
             problems.append(f"{flag} must not be empty")
     if not options.server_id:
         problems.append("--id must not be empty")
+    if not 0 <= options.frontend_processes <= MAX_FRONTEND_PROCESSES:
+        problems.append(
+            f"--frontend-processes must be auto or between 0 and {MAX_FRONTEND_PROCESSES}, got "
+            f"{options.frontend_processes}"
+        )
+    if options.frontend_buffer_byte_size < 1:
+        problems.append(f"--frontend-buffer-byte-size must be 1 or more, got {options.frontend_buffer_byte_size}")
     if options.exit_timeout_secs < 0:
         problems.append(f"--exit-timeout-secs must be 0 or more, got {options.exit_timeout_secs}")
     if options.http_max_input_size <= 0:

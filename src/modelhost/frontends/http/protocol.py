@@ -207,13 +207,17 @@ class HttpProtocol(asyncio.Protocol):
 
 
 async def start_http_server(
-    handler: Handler, host: str, port: int, max_body: int
+    handler: Handler, host: str, port: int, max_body: int, *, reuse_port: bool = False
 ) -> tuple[asyncio.Server, set[HttpProtocol]]:
+    """`reuse_port`: SO_REUSEPORT, for frontend processes that all listen on one port (the kernel spreads the
+    connections over them)."""
     loop = asyncio.get_running_loop()
     connections: set[HttpProtocol] = set()
 
     def factory() -> HttpProtocol:
         return HttpProtocol(handler, max_body, connections)
 
-    server = await loop.create_server(factory, host=host, port=port, reuse_address=True, backlog=2048)
+    server = await loop.create_server(
+        factory, host=host, port=port, reuse_address=True, reuse_port=reuse_port or None, backlog=2048
+    )
     return server, connections

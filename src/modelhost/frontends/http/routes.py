@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import unquote
 
@@ -12,9 +13,15 @@ import orjson
 
 from modelhost.devices import gpu_count
 from modelhost.errors import InternalError, InvalidArgument, ModelhostError, NotFound, Unsupported
-from modelhost.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
-from modelhost.http.infer_codec import DecodedInfer, decode_json_request, decode_raw_request, encode_response
-from modelhost.http.protocol import HttpRequest, HttpResponse, error_response
+from modelhost.frontends.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
+from modelhost.frontends.http.infer_codec import (
+    DecodedInfer,
+    decode_json_request,
+    decode_raw_request,
+    encode_response,
+)
+from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
+from modelhost.model import LoadedModel
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED, Lease
 from modelhost.types import InferenceResponse
@@ -40,6 +47,70 @@ def _release_when_decoded(decoding: asyncio.Future[DecodedInfer]) -> None:
             lease.release()
 
 
+def failure_response(method: str, path: str, e: ModelhostError) -> HttpResponse:
+    """The answer to a request that failed with `e`, logged once: as an error when it is the server's fault."""
+    if e.http_status >= 500:
+        log.error("%s %s: %s", method, path, e)
+    else:
+        log.info("%s %s failed: %s", method, path, e)
+    response = error_response(e.http_status, str(e))
+    if e.http_status == 415:
+        response.headers.append(("Accept-Encoding", "gzip, deflate"))
+    return response
+
+
+def compressed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """The response compressed as the request's Accept-Encoding asks, where it has a body."""
+    accept = request.headers.get("accept-encoding")
+    if accept and response.body:
+        encoding = choose_encoding(accept)
+        if encoding:
+            response.body = encode_body(response.body, encoding)
+            response.headers.append(("Content-Encoding", encoding))
+    return response
+
+
+def decode_infer(
+    headers: dict[str, str],
+    body: bytes,
+    name: str,
+    version: str,
+    lease: Lease | None,
+    model_of_raw_request: Callable[[], LoadedModel],
+) -> DecodedInfer:
+    """An inference request's (decompressed) body: JSON, JSON header + binary tensors, or a raw binary request
+    (one input, described by the model's config, which `model_of_raw_request` gives)."""
+    header_length = headers.get("inference-header-content-length")
+    if header_length is None:
+        return decode_json_request(name, version, body, None, lease)
+    if not header_length.strip().isdigit() or int(header_length) > len(body):
+        raise InvalidArgument(
+            f"inference header size should be in range (0, {len(body)}), got: {header_length}"
+        )
+    length = int(header_length)
+    if length == 0:
+        return decode_raw_request(model_of_raw_request(), version, body)
+    view = memoryview(body)
+    return decode_json_request(name, version, view[:length], view[length:], lease)
+
+
+def encode_infer(name: str, response: InferenceResponse, decoded: DecodedInfer) -> HttpResponse:
+    try:
+        payload, json_length = encode_response(response, decoded.request, decoded.binary_all, decoded.lease)
+    except ModelhostError:
+        raise
+    except Exception as e:
+        raise InternalError(f"failed to encode the response of model '{name}': {e}") from e
+    if json_length is None:
+        return HttpResponse(200, payload)
+    return HttpResponse(
+        200,
+        payload,
+        content_type="application/octet-stream",
+        headers=[("Inference-Header-Content-Length", str(json_length))],
+    )
+
+
 def _ok() -> HttpResponse:
     return HttpResponse(200, b"")
 
@@ -63,20 +134,8 @@ class HttpRoutes:
         try:
             response = await self._route(request)
         except ModelhostError as e:
-            if e.http_status >= 500:
-                log.error("%s %s: %s", request.method, request.path, e)
-            else:
-                log.info("%s %s failed: %s", request.method, request.path, e)
-            response = error_response(e.http_status, str(e))
-            if e.http_status == 415:
-                response.headers.append(("Accept-Encoding", "gzip, deflate"))
-        accept = request.headers.get("accept-encoding")
-        if accept and response.body:
-            encoding = choose_encoding(accept)
-            if encoding:
-                response.body = encode_body(response.body, encoding)
-                response.headers.append(("Content-Encoding", encoding))
-        return response
+            response = failure_response(request.method, request.path, e)
+        return compressed(request, response)
 
     async def _route(self, request: HttpRequest) -> HttpResponse:
         if request.too_large:
@@ -262,37 +321,17 @@ class HttpRoutes:
             raise
 
     def _decode_with(self, request: HttpRequest, name: str, version: str, lease: Lease) -> DecodedInfer:
-        body = self._body(request)
-        header_length = request.headers.get("inference-header-content-length")
-        if header_length is None:
-            return decode_json_request(name, version, body, None, lease)
-        if not header_length.strip().isdigit() or int(header_length) > len(body):
-            raise InvalidArgument(
-                f"inference header size should be in range (0, {len(body)}), got: {header_length}"
-            )
-        length = int(header_length)
-        if length == 0:
-            return decode_raw_request(self.server.registry.get(name, version), version, body)
-        view = memoryview(body)
-        return decode_json_request(name, version, view[:length], view[length:], lease)
+        return decode_infer(
+            request.headers,
+            self._body(request),
+            name,
+            version,
+            lease,
+            lambda: self.server.registry.get(name, version),
+        )
 
     def _encode(self, name: str, response: InferenceResponse, decoded: DecodedInfer) -> HttpResponse:
-        try:
-            payload, json_length = encode_response(
-                response, decoded.request, decoded.binary_all, decoded.lease
-            )
-        except ModelhostError:
-            raise
-        except Exception as e:
-            raise InternalError(f"failed to encode the response of model '{name}': {e}") from e
-        if json_length is None:
-            return HttpResponse(200, payload)
-        return HttpResponse(
-            200,
-            payload,
-            content_type="application/octet-stream",
-            headers=[("Inference-Header-Content-Length", str(json_length))],
-        )
+        return encode_infer(name, response, decoded)
 
     async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
         # Large bodies are decoded and encoded on a worker thread: parsing 64 MiB of JSON or millions of BYTES

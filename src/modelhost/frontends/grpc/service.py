@@ -16,7 +16,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from modelhost.devices import gpu_count
 from modelhost.errors import DecoupledModel, InvalidArgument, ModelhostError, NotFound, Unsupported
-from modelhost.grpc.codec import decode_request, encode_response, parse_model_version
+from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED

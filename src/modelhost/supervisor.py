@@ -1,0 +1,228 @@
+"""Starts, watches and stops the frontend processes (--frontend-processes=N), from the engine process.
+
+The engine process is the server's main process: if it dies the server's exit status says so and every frontend
+dies with it (PR_SET_PDEATHSIG), so Kubernetes or systemd restarts the whole server. A frontend that dies is
+restarted; only its own connections and in-flight requests fail. Frontends run in their own session, so
+that a terminal's Ctrl-C reaches the engine alone, which then stops them in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+import msgspec
+
+from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.frontends.process import FrontendConfig
+from modelhost.options import ServerOptions
+from modelhost.server import Server
+from modelhost.transport.engine_side import EngineService
+from modelhost.transport.messages import Hello
+
+log = logging.getLogger("modelhost.supervisor")
+
+# A frontend that has not said hello by then failed to start.
+_START_TIMEOUT_S = 60.0
+# A frontend that keeps dying before it serves is not restarted for ever: the server stops instead.
+_MAX_FAILED_STARTS = 5
+
+
+class FrontendStartError(Exception):
+    pass
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """A socket bound (not listening) on the HTTP port with SO_REUSEPORT, held while the server runs: it picks
+    the port when 0 is asked for, it says at once when the port is taken, and no other server can take the port
+    between two frontends' restarts. Only listening sockets get connections, so it takes none."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class FrontendSupervisor:
+    def __init__(self, options: ServerOptions, count: int, engine_address: str, http_port: int) -> None:
+        self.count = count
+        self._base = FrontendConfig(
+            index=0,
+            engine_address=engine_address,
+            parent_pid=os.getpid(),
+            http_address=options.http_address,
+            http_port=http_port,
+            http_max_input_size=options.http_max_input_size,
+            buffer_limit=options.frontend_buffer_byte_size,
+            exit_timeout_secs=options.exit_timeout_secs,
+            log_verbose=options.log_verbose,
+            log_info=options.log_info,
+            log_warning=options.log_warning,
+            log_error=options.log_error,
+            log_format=options.log_format,
+            log_file=options.log_file,
+        )
+        self.processes: dict[int, asyncio.subprocess.Process] = {}
+        self._said_hello: dict[int, asyncio.Event] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._failed_starts = 0
+        self.stopping = False
+        # Set when the frontends cannot be kept running (one fails to start again and again).
+        self.failed = asyncio.Event()
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes.values()]
+
+    # -- the engine's link tells us --------------------------------------------------------------------------
+
+    def hello(self, hello: Hello) -> None:
+        event = self._said_hello.get(hello.index)
+        if event is not None:
+            event.set()
+
+    def lost(self, hello: Hello) -> None:
+        pass  # the process watcher restarts it
+
+    # -- life cycle --------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every frontend and wait until each listens; FrontendStartError when one cannot."""
+        await asyncio.gather(*(self._start(i) for i in range(self.count)))
+
+    async def _start(self, index: int) -> None:
+        config = msgspec.structs.replace(self._base, index=index)
+        hello = self._said_hello[index] = asyncio.Event()
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "modelhost.frontends.process",
+            msgspec.json.encode(config).decode(),
+            stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.processes[index] = process
+        exited = asyncio.ensure_future(process.wait())
+        said = asyncio.ensure_future(hello.wait())
+        done, _ = await asyncio.wait(
+            {exited, said}, timeout=_START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        said.cancel()
+        if said not in done or not hello.is_set():
+            exited.cancel()
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise FrontendStartError(
+                f"frontend process {index} failed to start (exit status {process.returncode}); see its log above"
+            )
+        exited.cancel()
+        log.info("frontend process %d (pid %d) serves HTTP", index, process.pid)
+        watcher = asyncio.ensure_future(self._watch(index, process))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, index: int, process: asyncio.subprocess.Process) -> None:
+        code = await process.wait()
+        if self.stopping:
+            return
+        log.warning(
+            "frontend process %d (pid %d) exited with status %d; restarting it", index, process.pid, code
+        )
+        started = time.monotonic()
+        while not self.stopping:
+            try:
+                await self._start(index)
+            except FrontendStartError as e:
+                self._failed_starts += 1
+                log.error("%s", e)
+                if self._failed_starts >= _MAX_FAILED_STARTS:
+                    log.error("frontend process %d cannot be restarted; stopping the server", index)
+                    self.failed.set()
+                    return
+                await asyncio.sleep(0.5)
+                continue
+            self._failed_starts = 0
+            log.info("frontend process %d restarted in %.2f s", index, time.monotonic() - started)
+            return
+
+    async def stop(self, timeout: float) -> bool:
+        """SIGTERM every frontend (each stops accepting and finishes its requests) and wait for them; those still
+        running at the timeout are killed. False when some had to be killed."""
+        self.stopping = True
+        for watcher in list(self._watchers):
+            watcher.cancel()
+        running = [p for p in self.processes.values() if p.returncode is None]
+        for process in running:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        waits = [asyncio.ensure_future(p.wait()) for p in running]
+        if not waits:
+            return True
+        _, late = await asyncio.wait(waits, timeout=timeout + 1.0)
+        for process in running:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+        if late:
+            await asyncio.wait(late)
+        return not late
+
+
+class Frontends:
+    """HTTP served by frontend processes: the engine's end of the link, the reserved port and the supervisor."""
+
+    def __init__(self, options: ServerOptions, server: Server) -> None:
+        self.options = options
+        self.service = EngineService(
+            server, HttpRoutes(server, options.http_max_input_size), self._hello, self._lost
+        )
+        self.supervisor: FrontendSupervisor | None = None
+        self._port: socket.socket | None = None
+
+    def _hello(self, hello: Hello) -> None:
+        if self.supervisor is not None:
+            self.supervisor.hello(hello)
+
+    def _lost(self, hello: Hello) -> None:
+        if self.supervisor is not None:
+            self.supervisor.lost(hello)
+
+    async def start(self) -> None:
+        options = self.options
+        self._port = reserve_port(options.http_address, options.http_port)
+        port = int(self._port.getsockname()[1])
+        await self.service.start()
+        self.supervisor = FrontendSupervisor(options, options.frontend_processes, self.service.address, port)
+        await self.supervisor.start()
+        log.info(
+            "Started HTTPService at %s:%d (%d frontend processes)",
+            options.http_address,
+            port,
+            options.frontend_processes,
+        )
+
+    async def stop(self, timeout: float) -> bool:
+        stopped = True if self.supervisor is None else await self.supervisor.stop(timeout)
+        self.service.close()
+        if self._port is not None:
+            self._port.close()
+        return stopped
+
+
+def stop_when_set(failed: asyncio.Event, stop: asyncio.Event) -> asyncio.Task[None]:
+    async def wait() -> None:
+        await failed.wait()
+        stop.set()
+
+    return asyncio.ensure_future(wait())
