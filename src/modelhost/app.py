@@ -195,6 +195,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     if frontends is not None and frontends.supervisor is not None:
         # Frontends that cannot be kept running stop the server.
         failure_watch = stop_when_set(frontends.supervisor.failed, stop)
+    if frontends is not None:
+        frontends.service.opened.set()
     if ready is not None:
         ready.set()
     # What was allocated while starting (models, configs, modules) lives until the end: out of every collection.

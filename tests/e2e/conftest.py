@@ -7,9 +7,18 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from e2e import server_process
 from e2e.clients import Api
 from e2e.models import add_identity, add_nobatch, add_reshape, add_versioned_add, copy_examples
-from e2e.server_process import RunningServer, running_server
+from e2e.server_process import FRONTEND_MODES, RunningServer, running_server
+
+
+@pytest.fixture(scope="module", autouse=True, params=FRONTEND_MODES, ids=[f"fp{n}" for n in FRONTEND_MODES])
+def frontend_processes(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Every end-to-end module runs against the single-process server and against two frontend processes."""
+    server_process.frontend_processes = request.param
+    yield request.param
+    server_process.frontend_processes = 0
 
 
 def build_main_repository(repo: Path) -> None:
@@ -46,7 +55,9 @@ def main_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(main_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("log") / "server.log"
     with running_server([main_repository], log) as running:
         yield running

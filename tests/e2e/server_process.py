@@ -25,6 +25,12 @@ LOAD_ALL_EXPLICITLY = (
 )
 
 
+# --frontend-processes of the servers tests start, unless a test names its own: the e2e conftest runs every
+# module once per mode (0: one process; 2: two HTTP frontend processes in front of the engine).
+FRONTEND_MODES = (0, 2)
+frontend_processes = 0
+
+
 def free_ports(count: int) -> list[int]:
     """Ports free now, all different: the sockets are held open together while the OS picks, since ports picked
     one after the other can come back the same once each socket is closed."""
@@ -86,6 +92,8 @@ def start_server(
     command += [f"--model-repository={r}" for r in repositories]
     command += [f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]
     command += list(args)
+    if not any(a.startswith("--frontend-processes") for a in args):
+        command.append(f"--frontend-processes={frontend_processes}")
     environment = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)

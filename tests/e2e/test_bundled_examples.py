@@ -16,7 +16,7 @@ EXAMPLES = Path(modelhost.__file__).parent / "examples"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     with running_server([EXAMPLES], tmp_path_factory.mktemp("log") / "server.log") as running:
         yield running
 

@@ -18,7 +18,9 @@ from e2e.server_process import RunningServer, running_server
 
 
 @pytest.fixture(scope="module")
-def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def batching_server(
+    tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("batching_repo")
     add_identity(
         repo,

@@ -23,7 +23,7 @@ from e2e.server_process import LOAD_ALL_EXPLICITLY, RunningServer, running_serve
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     root = tmp_path_factory.mktemp("ensembles") / "models"
     root.mkdir()
     ensemble_models.build(root)
@@ -31,7 +31,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     # The broken ensembles fail to load on purpose.
     log = tmp_path_factory.mktemp("logs") / "ensembles.log"
     with running_server([repo], log, *LOAD_ALL_EXPLICITLY) as running:

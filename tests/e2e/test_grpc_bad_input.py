@@ -37,18 +37,18 @@ TRITON_RESERVED = (
 
 
 @pytest.fixture(scope="module")
-def channel(server: RunningServer) -> Iterator[grpc.Channel]:
+def channel(server: RunningServer, frontend_processes: int) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(server.grpc_url) as ch:
         yield ch
 
 
 @pytest.fixture(scope="module")
-def stub(channel: grpc.Channel) -> service_pb2_grpc.GRPCInferenceServiceStub:
+def stub(channel: grpc.Channel, frontend_processes: int) -> service_pb2_grpc.GRPCInferenceServiceStub:
     return service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
 
 @pytest.fixture(scope="module")
-def client(server: RunningServer) -> Iterator[grpcclient.InferenceServerClient]:
+def client(server: RunningServer, frontend_processes: int) -> Iterator[grpcclient.InferenceServerClient]:
     c = grpcclient.InferenceServerClient(server.grpc_url)
     yield c
     c.close()

@@ -15,7 +15,7 @@ from e2e.server_process import RunningServer
 
 
 @pytest.fixture(scope="module")
-def client(server: RunningServer) -> grpcclient.InferenceServerClient:
+def client(server: RunningServer, frontend_processes: int) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 

@@ -938,7 +938,9 @@ def test_each_failed_request_is_logged_once(server: RunningServer) -> None:
 
 
 @pytest.fixture(scope="module")
-def small_server(main_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def small_server(
+    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("small") / "server.log"
     with running_server([main_repository], log, "--http-max-input-size=1024") as running:
         yield running

@@ -14,7 +14,7 @@ from e2e.server_process import RunningServer
 
 
 @pytest.fixture(scope="module")
-def client(server: RunningServer) -> httpclient.InferenceServerClient:
+def client(server: RunningServer, frontend_processes: int) -> httpclient.InferenceServerClient:
     return httpclient.InferenceServerClient(server.http_url)
 
 

@@ -20,7 +20,7 @@ from modelhost.devices import gpu_count
 
 
 @pytest.fixture(scope="module")
-def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def slow_repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     repo = tmp_path_factory.mktemp("slow_repo")
     add_slow(repo)
     copy_examples(repo, "simple")
@@ -71,7 +71,7 @@ def _ignore_errors(fn: Callable[[], object]) -> None:
 
 
 @pytest.fixture(scope="module")
-def broken_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def broken_repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     repo = tmp_path_factory.mktemp("broken_repo")
     copy_examples(repo, "simple")
     add_identity(repo, "bad_config", "FP32")

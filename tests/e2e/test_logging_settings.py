@@ -18,7 +18,9 @@ from e2e.server_process import RunningServer, running_server
 
 
 @pytest.fixture(scope="module")
-def logged_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Path]]:
+def logged_server(
+    tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[tuple[RunningServer, Path]]:
     repo = tmp_path_factory.mktemp("repo")
     copy_examples(repo, "simple")
     log_dir = tmp_path_factory.mktemp("log")

@@ -31,7 +31,7 @@ BUCKETS = ["1", "10", "100", "100000", "+Inf"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("metrics_repo")
     copy_examples(repo, "simple")
     shutil.copytree(PYTHON_MODELS / "exec_error", repo / "exec_error")

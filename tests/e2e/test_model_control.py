@@ -31,7 +31,7 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] }} ]
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     root = tmp_path_factory.mktemp("explicit_repo")
     copy_examples(root, "simple", "identity_fp32")
     add_versioned_add(root, "adder", (1, 2), "{ latest { num_versions: 1 } }")
@@ -43,7 +43,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "explicit.log"
     with running_server(
         [repo], log, "--model-control-mode=explicit", "--load-model=simple", "--log-verbose=1"
@@ -52,12 +54,12 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run
 
 
 @pytest.fixture(scope="module")
-def client(server: RunningServer) -> httpclient.InferenceServerClient:
+def client(server: RunningServer, frontend_processes: int) -> httpclient.InferenceServerClient:
     return httpclient.InferenceServerClient(server.http_url)
 
 
 @pytest.fixture(scope="module")
-def gclient(server: RunningServer) -> grpcclient.InferenceServerClient:
+def gclient(server: RunningServer, frontend_processes: int) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 

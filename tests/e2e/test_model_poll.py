@@ -24,7 +24,7 @@ POLL_SECS = 1
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     root = tmp_path_factory.mktemp("poll_repo")
     add_versioned_add(root, "counter", (1,), "{ latest { num_versions: 1 } }")
     add_versioned_add(root, "shrinking", (1, 2), "{ latest { num_versions: 1 } }")
@@ -34,13 +34,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def staging(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def staging(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     """Where new model files are built before they are moved into the repository in one rename each."""
     return tmp_path_factory.mktemp("staging")
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "poll.log"
     with running_server(
         [repo], log, "--model-control-mode=poll", f"--repository-poll-secs={POLL_SECS}"
@@ -49,7 +51,7 @@ def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run
 
 
 @pytest.fixture(scope="module")
-def client(server: RunningServer) -> httpclient.InferenceServerClient:
+def client(server: RunningServer, frontend_processes: int) -> httpclient.InferenceServerClient:
     return httpclient.InferenceServerClient(server.http_url)
 
 

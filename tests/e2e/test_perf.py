@@ -39,7 +39,7 @@ E2E = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
-def perf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def perf_server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("perf_repo")
     copy_examples(repo, "simple")
     shutil.copytree(E2E / "python_models" / "repeat_decoupled", repo / "repeat_decoupled")

@@ -33,7 +33,7 @@ FAILING_TO_LOAD = ("import_error", "init_error")
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     root = tmp_path_factory.mktemp("python_backend") / "models"
     shutil.copytree(PYTHON_MODELS, root, ignore=shutil.ignore_patterns("*.md", "__pycache__"))
     # bls_onnx calls this ONNX model of the same server: OUTPUT0 = INPUT0 + 1, INT32 [batch, 4]
@@ -42,7 +42,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     # Explicit mode also lets the faulty-model tests send load requests and see the load response;
     # import_error and init_error fail to load on purpose. The reference answered the same in both modes.
     log = tmp_path_factory.mktemp("logs") / "python_backend.log"

@@ -77,7 +77,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("ragged_repo")
     add_segment_sum(repo, "segment_sum", "dynamic_batching { }")
     add_segment_sum(repo, "segment_sum_alone", "")  # no batcher: each request runs as a batch of one

@@ -42,7 +42,7 @@ def _limited(resources: str, priority: int = 1, count: int = 2) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("rate_limiter") / "models"
     repo.mkdir()
     # Two models, two instances each, sharing one global copy of R: one execution at a time among the four.

@@ -17,7 +17,7 @@ from e2e.server_process import RunningServer, running_server
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("cache_repo")
     add_identity(repo, "cached", "FP32", dims="[ -1 ]", extra="response_cache { enable: true }")
     add_identity(repo, "uncached", "FP32", dims="[ -1 ]")

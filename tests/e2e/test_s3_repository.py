@@ -21,18 +21,18 @@ PREFIX = "triton/models"
 
 
 @pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
+def endpoint(frontend_processes: int) -> Iterator[str]:
     with moto_server() as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def client(endpoint: str) -> Any:
+def client(endpoint: str, frontend_processes: int) -> Any:
     return s3_client(endpoint)
 
 
 @pytest.fixture(scope="module")
-def bucket(client: Any) -> str:
+def bucket(client: Any, frontend_processes: int) -> str:
     name = f"e2e-{uuid.uuid4().hex[:12]}"
     for model in ("simple", "identity_fp32"):
         upload_directory(client, EXAMPLES / model, name, f"{PREFIX}/{model}")
@@ -45,13 +45,13 @@ def s3_url(endpoint: str, bucket: str, prefix: str = PREFIX) -> str:
 
 
 @pytest.fixture(scope="module")
-def mount(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def mount(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     return tmp_path_factory.mktemp("s3_mirror")
 
 
 @pytest.fixture(scope="module")
 def server(
-    endpoint: str, bucket: str, mount: Path, tmp_path_factory: pytest.TempPathFactory
+    endpoint: str, bucket: str, mount: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
 ) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("log") / "server.log"
     env = {**aws_test_env(), "TRITON_AWS_MOUNT_DIRECTORY": str(mount)}
@@ -66,7 +66,7 @@ def server(
 
 
 @pytest.fixture(scope="module")
-def http(server: RunningServer) -> httpclient.InferenceServerClient:
+def http(server: RunningServer, frontend_processes: int) -> httpclient.InferenceServerClient:
     return httpclient.InferenceServerClient(server.http_url)
 
 

@@ -59,7 +59,7 @@ def add_onnx_state_accumulator(repo: Path, name: str = "onnx_state_acc") -> None
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("sequence_repo")
     for model in SEQUENCE_MODELS.iterdir():
         if (model / "config.pbtxt").exists():

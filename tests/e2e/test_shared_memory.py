@@ -26,7 +26,9 @@ B = np.full((1, 16), 3, dtype=np.int32)
 
 
 @pytest.fixture(scope="module")
-def server(main_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("log") / "server.log"
     with running_server(
         [main_repository],
@@ -534,7 +536,9 @@ def test_grpc_stream_with_shared_memory(server: RunningServer, regions: Regions)
 
 
 @pytest.fixture(scope="module")
-def server_off(main_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server_off(
+    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("log") / "server_off.log"
     with running_server([main_repository], log) as running:
         yield running

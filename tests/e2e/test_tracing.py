@@ -37,7 +37,7 @@ def _inputs(module: Any, value: float = 1.0) -> list[Any]:
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Path:
     root = tmp_path_factory.mktemp("trace_repo")
     add_identity(root, "identity", "FP32", dims="[ 4 ]")
     add_identity(root, "other", "FP32", dims="[ 4 ]")
@@ -65,7 +65,9 @@ class TraceFileServer:
 
 
 @pytest.fixture(scope="module")
-def traced(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceFileServer]:
+def traced(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[TraceFileServer]:
     trace_file = tmp_path_factory.mktemp("traces") / "trace.json"
     log = tmp_path_factory.mktemp("log") / "server.log"
     flags = [
@@ -213,7 +215,7 @@ class _Collector(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def collector() -> Iterator[str]:
+def collector(frontend_processes: int) -> Iterator[str]:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

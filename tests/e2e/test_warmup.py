@@ -29,7 +29,7 @@ SAMPLES = (
 
 
 @pytest.fixture(scope="module")
-def warm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def warm_server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("repo")
     copy_examples(repo, "simple")
     add_identity(repo, "warm", "FP32", dims="[ 4 ]", extra=SAMPLES)

@@ -11,7 +11,8 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import msgspec
 
@@ -72,6 +73,8 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
             return
         loop = asyncio.get_running_loop()
         coroutine = self._infer(message) if isinstance(message, InferCall) else self._http(message)
+        if not self.service.opened.is_set():
+            coroutine = self.service.when_open(coroutine)
         task = loop.create_task(coroutine)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -157,6 +160,9 @@ class EngineService:
         self.hello = on_hello
         self.lost = on_lost
         self.connections: set[EngineConnection] = set()
+        # Calls wait until the whole server has started (gRPC and metrics too): a frontend that listens early
+        # must not report the server ready before then.
+        self.opened = asyncio.Event()
         self._listener: asyncio.AbstractServer | None = None
         # The abstract socket namespace: nothing on disk to leak when the engine is killed.
         self.address = f"\0modelhost-engine-{os.getpid()}-{os.urandom(4).hex()}"
@@ -172,6 +178,10 @@ class EngineService:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.address)  # uvloop takes no abstract-namespace address itself, but takes the socket
         self._listener = await loop.create_unix_server(factory, sock=sock, backlog=128)
+
+    async def when_open(self, call: Coroutine[Any, Any, None]) -> None:
+        await self.opened.wait()
+        await call
 
     def refused(self, message: Refused) -> None:
         """A request a frontend refused itself (its buffer was full): counted as Triton counts a rejection."""
