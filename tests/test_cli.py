@@ -19,7 +19,7 @@ from modelhost.cli import (
     main,
     parse_serve_args,
 )
-from modelhost.options import ServerOptions
+from modelhost.options import ServerOptions, auto_frontend_processes
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
@@ -102,6 +102,8 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "metrics_config": {},
         "trace_config": [],
         "cache_config": [],
+        "frontend_processes": 0,
+        "frontend_buffer_byte_size": 1 << 28,
     }
 
 
@@ -163,6 +165,8 @@ HONOURED_SAMPLES = {
     "trace-log-frequency": "2",
     "cache-config": "local,size=1024",
     "response-cache-byte-size": "2048",
+    "frontend-processes": "2",
+    "frontend-buffer-byte-size": "4096",
 }
 # Flags that are only valid together with another one.
 PREREQUISITES = {"load-model": ["--model-control-mode=explicit"]}
@@ -581,9 +585,13 @@ response-cache-byte-size trace-file trace-level trace-rate trace-count trace-log
 """
 
 
+# Flags of modelhost's own, beyond tritonserver's.
+MODELHOST_FLAGS = ["frontend-processes", "frontend-buffer-byte-size"]
+
+
 def test_every_tritonserver_flag_is_known() -> None:
     tritonserver = TRITONSERVER_FLAGS.split()
-    assert sorted(tritonserver) == sorted(f.name for f in FLAGS)
+    assert sorted(tritonserver + MODELHOST_FLAGS) == sorted(f.name for f in FLAGS)
 
 
 # --- Commands, help and version
@@ -681,3 +689,28 @@ def test_unwritable_log_file_is_a_usage_error(
 def test_docs_hold_the_current_flag_tables() -> None:
     # Regenerate with: python -c "from modelhost.cli import flags_markdown; print(flags_markdown())"
     assert flags_markdown() in DOCS.read_text(encoding="utf-8")
+
+
+# --- --frontend-processes
+
+
+def test_frontend_processes_auto_follows_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    assert parse_serve_args(["--frontend-processes=auto"]).frontend_processes == auto_frontend_processes(16)
+    assert parse_serve_args(["--frontend-processes", "AUTO"]).frontend_processes == 8
+
+
+@pytest.mark.parametrize(("cores", "expected"), [(1, 0), (2, 1), (4, 3), (9, 8), (64, 8)])
+def test_auto_frontend_processes_rule(cores: int, expected: int) -> None:
+    assert auto_frontend_processes(cores) == expected
+
+
+@pytest.mark.parametrize("value", ["many", "-1", "65", "1.5"])
+def test_frontend_processes_refuses_what_is_not_a_count(value: str) -> None:
+    with pytest.raises(CliError, match="--frontend-processes"):
+        parse_serve_args([f"--frontend-processes={value}"])
+
+
+def test_frontend_buffer_must_hold_something() -> None:
+    with pytest.raises(CliError, match="--frontend-buffer-byte-size must be 1 or more"):
+        parse_serve_args(["--frontend-buffer-byte-size=0"])

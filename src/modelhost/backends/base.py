@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy.typing as npt
 
-from modelhost.errors import ModelConfigError
 from modelhost.gpu_memory import GpuMemory
 from modelhost.python_backend.custom_metrics import CustomMetrics
 
@@ -70,17 +69,9 @@ class Backend(Protocol):
         ...
 
 
-def backend_for(config: Any) -> Backend:
-    """The backend that serves a normalised config."""
-    name = config.backend or config.platform
-    if name in ("onnxruntime", "onnxruntime_onnx"):
-        from modelhost.backends.onnxruntime import OnnxRuntimeBackend
-
-        return OnnxRuntimeBackend()
-    if name == "python":
-        from modelhost.python_backend.backend import PythonBackend
-
-        return PythonBackend()
-    raise ModelConfigError(
-        f"backend '{name}' for model '{config.name}' is not supported yet (supported: onnxruntime, python)"
-    )
+# A backend may also define the auto-complete hook that backends/registry.py `autocomplete` calls when
+# auto-complete is on (`--disable-auto-complete-config` not given):
+#
+#     @staticmethod
+#     def autocomplete(config: ModelConfig, model_dir: Path, *, default_max_batch_size: int) -> None:
+#         """Fill in what the config leaves out from the model itself, in place."""

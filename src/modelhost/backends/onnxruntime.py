@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from modelhost.backends.base import Arrays, BackendContext
+from modelhost.config.autocomplete_onnx import autocomplete_onnx
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.devices import cpu_count
 from modelhost.errors import InternalError, InvalidArgument, ModelConfigError
@@ -224,6 +225,11 @@ def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
 
 class OnnxRuntimeBackend:
     name = "onnxruntime"
+
+    @staticmethod
+    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+        """Inputs, outputs and max_batch_size from the ONNX model itself."""
+        autocomplete_onnx(config, model_dir.name, model_dir, default_max_batch_size=default_max_batch_size)
 
     def load_instance(
         self, ctx: BackendContext, group: Any, index: int, device_id: int

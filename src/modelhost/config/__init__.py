@@ -16,8 +16,8 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.config import constants
-from modelhost.config.autocomplete_onnx import DEFAULT_MAX_BATCH_SIZE, autocomplete_onnx
+from modelhost.backends.registry import autocomplete
+from modelhost.config.autocomplete_onnx import DEFAULT_MAX_BATCH_SIZE
 from modelhost.config.backend_fill import fill_backend_fields
 from modelhost.config.files import CONFIG_FILENAME, config_path, parse_config_text, read_config
 from modelhost.config.invalid import InvalidConfig
@@ -49,14 +49,8 @@ def complete_model_config(
         check_config(completed, model_name, gpu_count, complete=False)
     except InvalidConfig as err:
         raise ModelConfigError(f"{err.message} (in {source})") from None
-    if auto_complete and completed.backend == constants.ONNXRUNTIME_BACKEND:
-        autocomplete_onnx(completed, model_name, model_dir, default_max_batch_size=default_max_batch_size)
-        normalize_config(completed, model_name, gpu_count=gpu_count)
-    elif auto_complete and completed.backend == constants.PYTHON_BACKEND:
-        # The model's own auto_complete_config, run in a stub process (imported here: it starts processes).
-        from modelhost.python_backend.autocomplete import autocomplete_python
-
-        autocomplete_python(completed, model_dir)
+    # The backend's own hook (the ONNX model's inputs and outputs, a python model's auto_complete_config).
+    if auto_complete and autocomplete(completed, model_dir, default_max_batch_size=default_max_batch_size):
         normalize_config(completed, model_name, gpu_count=gpu_count)
     validate_config(completed, model_name, source, gpu_count)
     return completed

@@ -3,15 +3,22 @@ instance (python_backend/instance.py), and `auto_complete_config` run in a short
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from modelhost.backends.base import BackendContext
 from modelhost.errors import ModelConfigError
+from modelhost.python_backend.autocomplete import autocomplete_python
 from modelhost.python_backend.instance import PythonInstance
 
 
 class PythonBackend:
     name = "python"
+
+    @staticmethod
+    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+        """The model's own auto_complete_config, run in a short-lived stub process."""
+        autocomplete_python(config, model_dir)
 
     def load_instance(self, ctx: BackendContext, group: Any, index: int, device_id: int) -> PythonInstance:
         path = ctx.version_dir / ctx.config.default_model_filename  # "model.py" unless the config says

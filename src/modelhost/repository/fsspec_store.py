@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from modelhost.repository import mirror
+from modelhost.repository.errors import RepositoryError
 from modelhost.repository.mirror import MirroredRepository, RemoteObject
-from modelhost.repository.sources import RepositoryError
 
 
 @dataclass(frozen=True)

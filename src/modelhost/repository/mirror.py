@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 
-from modelhost.repository.sources import RepositoryError
+from modelhost.repository.errors import RepositoryError
 
 logger = logging.getLogger("modelhost.repository")
 

@@ -32,8 +32,8 @@ from botocore.exceptions import (
 )
 
 from modelhost.repository import mirror
+from modelhost.repository.errors import RepositoryError
 from modelhost.repository.mirror import MirroredRepository, RemoteObject
-from modelhost.repository.sources import RepositoryError
 
 MOUNT_DIRECTORY_ENV = "TRITON_AWS_MOUNT_DIRECTORY"
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-
-class RepositoryError(Exception):
-    """A repository that cannot be read: a bad URL, missing credentials, an unreachable store, no such bucket."""
+from modelhost.repository.errors import RepositoryError
 
 
 class RepositorySource(Protocol):
@@ -59,3 +57,6 @@ def open_repository(url: str) -> RepositorySource:
     raise RepositoryError(
         f"model repository '{url}': unsupported scheme '{scheme}://' (use a local path, s3://, gs:// or as://)"
     )
+
+
+__all__ = ["LocalRepository", "RepositoryError", "RepositorySource", "open_repository"]

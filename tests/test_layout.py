@@ -1,0 +1,80 @@
+"""The package layout: no module imports, even lazily inside a function, a module that imports it back.
+
+Type-only imports (`if TYPE_CHECKING:`) are left out: they never run. Lazy imports count, since a cycle through one
+is still a cycle in the design (a backend seam that names its implementations, config code that calls a backend).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).parent.parent / "src" / "modelhost"
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(("modelhost", *path.relative_to(PACKAGE).with_suffix("").parts))
+        modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def _imports(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
+    found: set[str] = set()
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found |= set().union(*(_imports(n, modules) for n in node.orelse)) if node.orelse else set()
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("modelhost"):
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("modelhost")}
+        found |= _imports(node, modules)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in graph[module]:
+            if other not in graph:
+                continue
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    modules = _modules()
+    graph = {name: _imports(ast.parse(path.read_text()), modules) - {name} for name, path in modules.items()}
+    assert _cycles(graph) == []
+
