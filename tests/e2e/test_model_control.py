@@ -404,13 +404,13 @@ def test_unload_lets_in_flight_requests_finish(
     def slow_request() -> None:
         try:
             own = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
-            outcome["result"] = own.infer("slow", slow_inputs(1500)).as_numpy("Y")
+            outcome["result"] = own.infer("slow", slow_inputs(6000)).as_numpy("Y")
         except Exception as e:
             outcome["error"] = e
 
     worker = threading.Thread(target=slow_request)
     worker.start()
-    time.sleep(0.5)  # the request (seconds long) is running
+    time.sleep(0.5)  # the request (seconds long: 6000 rounds of about 0.3 ms or more) is running
     client.unload_model("slow")
     assert index_of(client, "slow")[0]["state"] == "UNLOADING"
     assert not client.is_model_ready("slow")  # no new requests

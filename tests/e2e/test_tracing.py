@@ -219,6 +219,7 @@ def collector(frontend_processes: int) -> Iterator[str]:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
+    _Collector.spans.clear()  # the spans of the module's run in the other frontend mode
     yield f"127.0.0.1:{httpd.server_address[1]}/v1/traces"
     httpd.shutdown()
     httpd.server_close()
