@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,8 +48,14 @@ class Ports:
 
 
 def server_command(
-    kind: str, repo: Path, ports: Ports, modelhost_cmd: str = DEFAULT_MODELHOST_CMD
+    kind: str,
+    repo: Path,
+    ports: Ports,
+    modelhost_cmd: str = DEFAULT_MODELHOST_CMD,
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
+    """The command line that serves ``repo`` on ``ports``; ``extra_args`` go at the end (for modelhost: after
+    ``serve`` and the repository and port flags, e.g. ``--frontend-processes=2``)."""
     port_flags = [
         "--http-port",
         str(ports.http),
@@ -58,9 +65,10 @@ def server_command(
         str(ports.metrics),
     ]
     if kind == "modelhost":
-        return [*shlex.split(modelhost_cmd), "serve", "--model-repository", str(repo), *port_flags]
+        cmd = [*shlex.split(modelhost_cmd), "serve", "--model-repository", str(repo), *port_flags]
+        return [*cmd, *extra_args]
     if kind == "reference":
-        return [str(REFERENCE_TRITON), "serve", str(repo), *port_flags, "--log-verbose=0"]
+        return [str(REFERENCE_TRITON), "serve", str(repo), *port_flags, "--log-verbose=0", *extra_args]
     raise ValueError(f"unknown server {kind!r}")
 
 
@@ -131,12 +139,10 @@ class Server:
         except (OSError, ValueError):
             return None
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of every live process in the server's process group."""
-        if self.proc is None:
-            return 0.0
-        pgid = self.proc.pid
-        total = 0
+    @staticmethod
+    def _processes() -> dict[int, tuple[int, int, int, int]]:
+        """pid -> (parent pid, process group, user+system clock ticks, start time) of every live process."""
+        procs: dict[int, tuple[int, int, int, int]] = {}
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -146,10 +152,43 @@ class Server:
             except OSError:
                 continue
             fields = stat[stat.rindex(b")") + 2 :].split()
-            # fields[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
-            if int(fields[2]) == pgid:
-                total += int(fields[11]) + int(fields[12])
-        return total / _CLK_TCK
+            # fields[0] is field 3 (state): ppid is field 4, pgrp 5, utime 14, stime 15, starttime 22.
+            procs[int(entry.name)] = (
+                int(fields[1]),
+                int(fields[2]),
+                int(fields[11]) + int(fields[12]),
+                int(fields[19]),
+            )
+        return procs
+
+    def pids(self) -> set[int]:
+        """The server's live processes: its process group plus every descendant of its main process (modelhost
+        starts its python-backend stubs and its frontend processes in sessions of their own)."""
+        if self.proc is None:
+            return set()
+        return self._pids(self._processes())
+
+    def _pids(self, procs: dict[int, tuple[int, int, int, int]]) -> set[int]:
+        assert self.proc is not None
+        root = self.proc.pid
+        mine = {pid for pid, (_, pgrp, _, _) in procs.items() if pgrp == root}
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [root] if root in procs else []
+        while todo:
+            pid = todo.pop()
+            mine.add(pid)
+            todo += [c for c in children.get(pid, ()) if c not in mine]
+        return mine
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server's live processes (see :meth:`pids`): the reference's
+        python-backend stubs, modelhost's stubs and frontend processes included."""
+        if self.proc is None:
+            return 0.0
+        procs = self._processes()
+        return sum(procs[pid][2] for pid in self._pids(procs)) / _CLK_TCK
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -161,6 +200,11 @@ class Server:
         if self.proc is None or self.proc.poll() is not None:
             return
         pgid = self.proc.pid
+        # Descendants in sessions of their own (modelhost's stubs and frontends): normally stopped by the server
+        # itself; whatever is left of them when it has exited is killed below, identified by pid and start time
+        # so that a reused pid is never hit.
+        procs = self._processes()
+        others = {(pid, procs[pid][3]) for pid in self._pids(procs) if pid != pgid}
         try:
             os.killpg(pgid, signal.SIGTERM)
             self.proc.wait(timeout=timeout)
@@ -180,6 +224,16 @@ class Server:
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while others:
+            procs = self._processes()
+            others = {(pid, start) for pid, start in others if pid in procs and procs[pid][3] == start}
+            if not others or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for pid, _ in others:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> Server:
         self.start()
