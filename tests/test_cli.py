@@ -700,7 +700,7 @@ def test_frontend_processes_auto_follows_the_cores(monkeypatch: pytest.MonkeyPat
     assert parse_serve_args(["--frontend-processes", "AUTO"]).frontend_processes == 8
 
 
-@pytest.mark.parametrize(("cores", "expected"), [(1, 0), (2, 1), (4, 3), (9, 8), (64, 8)])
+@pytest.mark.parametrize(("cores", "expected"), [(1, 0), (2, 0), (3, 2), (4, 3), (9, 8), (64, 8)])
 def test_auto_frontend_processes_rule(cores: int, expected: int) -> None:
     assert auto_frontend_processes(cores) == expected
 

@@ -33,14 +33,14 @@ TEXT_BACKEND_CONFIG = frozenset({"shm-region-prefix-name"})
 def auto_frontend_processes(cores: int) -> int:
     """--frontend-processes=auto: the number of frontend processes for a machine of `cores` usable cores.
 
-    The engine process keeps one core busy at high rates (scheduling and the model runtimes' own threads share
-    it), and every frontend process takes what a core gives; measured in benchmarks/README.md ("Frontend
-    processes"). One core: none (a second process only adds the hop). Otherwise one frontend per core beyond
-    the engine's, at least one, at most 8 (past that one engine loop is the limit).
+    A frontend process costs each request some server CPU (the hop to the engine) and buys the work of a core that
+    would otherwise idle. With two cores or fewer there is no such core once the engine, the model runtimes'
+    threads and python-backend stubs run (measured in benchmarks/README.md, "Frontend processes": python-backend
+    models lose up to 40%): none. Beyond that, one frontend per core beyond the engine's, at most 8.
     """
-    if cores <= 1:
+    if cores <= 2:
         return 0
-    return max(1, min(8, cores - 1))
+    return min(8, cores - 1)
 
 
 def parse_address(text: str) -> str:
