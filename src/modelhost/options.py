@@ -141,7 +141,9 @@ def _problems(options: ServerOptions) -> list[str]:
             f"{options.frontend_processes}"
         )
     if options.frontend_buffer_byte_size < 1:
-        problems.append(f"--frontend-buffer-byte-size must be 1 or more, got {options.frontend_buffer_byte_size}")
+        problems.append(
+            f"--frontend-buffer-byte-size must be 1 or more, got {options.frontend_buffer_byte_size}"
+        )
     if options.exit_timeout_secs < 0:
         problems.append(f"--exit-timeout-secs must be 0 or more, got {options.exit_timeout_secs}")
     if options.http_max_input_size <= 0:

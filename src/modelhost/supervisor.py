@@ -84,15 +84,11 @@ class FrontendSupervisor:
     def pids(self) -> list[int]:
         return [p.pid for p in self.processes.values()]
 
-    # -- the engine's link tells us --------------------------------------------------------------------------
-
     def hello(self, hello: Hello) -> None:
+        """A frontend listens (the engine's link tells us; a frontend that dies is seen by its watcher)."""
         event = self._said_hello.get(hello.index)
         if event is not None:
             event.set()
-
-    def lost(self, hello: Hello) -> None:
-        pass  # the process watcher restarts it
 
     # -- life cycle --------------------------------------------------------------------------------------------
 
@@ -184,19 +180,13 @@ class Frontends:
 
     def __init__(self, options: ServerOptions, server: Server) -> None:
         self.options = options
-        self.service = EngineService(
-            server, HttpRoutes(server, options.http_max_input_size), self._hello, self._lost
-        )
+        self.service = EngineService(server, HttpRoutes(server, options.http_max_input_size), self._hello)
         self.supervisor: FrontendSupervisor | None = None
         self._port: socket.socket | None = None
 
     def _hello(self, hello: Hello) -> None:
         if self.supervisor is not None:
             self.supervisor.hello(hello)
-
-    def _lost(self, hello: Hello) -> None:
-        if self.supervisor is not None:
-            self.supervisor.lost(hello)
 
     async def start(self) -> None:
         options = self.options

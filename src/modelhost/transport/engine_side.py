@@ -60,12 +60,10 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
     def __init__(self, service: EngineService) -> None:
         super().__init__(msgspec.msgpack.Decoder(FrontendMessage))
         self.service = service
-        self.frontend: Hello | None = None
         self.tasks: set[asyncio.Task[None]] = set()
 
     def received(self, message: FrontendMessage) -> None:
         if isinstance(message, Hello):
-            self.frontend = message
             self.service.hello(message)
             return
         if isinstance(message, Refused):
@@ -84,8 +82,6 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
         # the requests of a client that went away do in the single-process server.
         self.transport = None
         self.service.connections.discard(self)
-        if self.frontend is not None:
-            self.service.lost(self.frontend)
 
     async def _http(self, call: HttpCall) -> None:
         request = HttpRequest(
@@ -153,12 +149,10 @@ class EngineService:
         server: Server,
         routes: HttpRoutes,
         on_hello: Callable[[Hello], None],
-        on_lost: Callable[[Hello], None],
     ) -> None:
         self.server = server
         self.routes = routes
         self.hello = on_hello
-        self.lost = on_lost
         self.connections: set[EngineConnection] = set()
         # Calls wait until the whole server has started (gRPC and metrics too): a frontend that listens early
         # must not report the server ready before then.

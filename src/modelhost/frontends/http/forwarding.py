@@ -13,30 +13,39 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from modelhost.errors import ModelhostError
 from modelhost.frontends.http.infer_codec import DecodedInfer
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.routes import compressed, decode_infer, encode_infer, failure_response
+from modelhost.frontends.http.routes import (
+    LARGE_BODY,
+    LARGE_OUTPUT_ELEMENTS,
+    compressed,
+    decode_infer,
+    encode_infer,
+    failure_response,
+)
 from modelhost.transport.frontend_side import EngineClient, EngineGone
 from modelhost.transport.messages import HttpCall, HttpReply, InferCall, Refused, WireOutput
 from modelhost.transport.tensors import from_wire, to_wire
 from modelhost.types import InferenceResponse
 
+if TYPE_CHECKING:
+    from modelhost.model import LoadedModel
+
 log = logging.getLogger("modelhost.http")
 
+# Versions of 19 digits or more go to the engine, which refuses them with Triton's message.
 _INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]{1,18}))?/infer")
-# Past these sizes a request is decoded, and its answer encoded, off the event loop (as in HttpRoutes).
-_LARGE_BODY = 1 << 20
-_LARGE_OUTPUT_ELEMENTS = 1 << 18
 
 
 class _NeedsEngine(Exception):
     """The request needs the engine's state to be decoded (a raw binary body names no datatype or shape)."""
 
 
-def _raw_request_model() -> object:
+def _raw_request_model() -> LoadedModel:
     raise _NeedsEngine
 
 
@@ -84,7 +93,7 @@ class ForwardingRoutes:
             return None
         name, version = unquote(m.group(1)), m.group(2) or ""
         try:
-            if len(request.body) > _LARGE_BODY:
+            if len(request.body) > LARGE_BODY:
                 decoded = await asyncio.to_thread(self._decode, request, name, version)
             else:
                 decoded = self._decode(request, name, version)
@@ -98,7 +107,7 @@ class ForwardingRoutes:
 
     @staticmethod
     def _decode(request: HttpRequest, name: str, version: str) -> DecodedInfer:
-        return decode_infer(request.headers, request.body, name, version, None, _raw_request_model)  # type: ignore[arg-type]
+        return decode_infer(request.headers, request.body, name, version, None, _raw_request_model)
 
     async def _forward(self, request: HttpRequest) -> HttpResponse:
         call = HttpCall(
@@ -144,7 +153,7 @@ class ForwardingRoutes:
             reply.parameters,
         )
         try:
-            if sum(t.data.size for t in response.outputs) > _LARGE_OUTPUT_ELEMENTS:
+            if sum(t.data.size for t in response.outputs) > LARGE_OUTPUT_ELEMENTS:
                 encoded = await asyncio.to_thread(encode_infer, name, response, decoded)
             else:
                 encoded = encode_infer(name, response, decoded)

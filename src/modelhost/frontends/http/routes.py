@@ -35,8 +35,8 @@ _MODEL = re.compile(
 )
 _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 # Past these sizes a request is decoded, and its answer encoded, off the event loop.
-_LARGE_BODY = 1 << 20
-_LARGE_OUTPUT_ELEMENTS = 1 << 18
+LARGE_BODY = 1 << 20
+LARGE_OUTPUT_ELEMENTS = 1 << 18
 _SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 
 
@@ -336,7 +336,7 @@ class HttpRoutes:
     async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
         # Large bodies are decoded and encoded on a worker thread: parsing 64 MiB of JSON or millions of BYTES
         # elements takes seconds, and the event loop must keep serving everyone else meanwhile.
-        if len(request.body) > _LARGE_BODY:
+        if len(request.body) > LARGE_BODY:
             decoding = asyncio.ensure_future(asyncio.to_thread(self._decode, request, name, version))
             try:
                 decoded = await asyncio.shield(decoding)
@@ -354,7 +354,7 @@ class HttpRoutes:
             response = await self.server.infer(decoded.request)  # a decoupled model: Triton's HTTP refusal
             if trace is not None:
                 trace.stamp("HTTP_SEND_START")
-            if sum(t.data.size for t in response.outputs) > _LARGE_OUTPUT_ELEMENTS:
+            if sum(t.data.size for t in response.outputs) > LARGE_OUTPUT_ELEMENTS:
                 encoded = await asyncio.to_thread(self._encode, name, response, decoded)
             else:
                 encoded = self._encode(name, response, decoded)
