@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
 
 import msgspec
 
@@ -49,11 +48,6 @@ class FrontendConfig(msgspec.Struct):
     log_file: str | None
 
 
-@dataclass
-class _Exit:
-    code: int = 0
-
-
 def _die_with_parent(parent_pid: int) -> None:
     """SIGKILL this process when the engine process ends, however it ends."""
     with contextlib.suppress(OSError, AttributeError):
@@ -66,12 +60,13 @@ def _die_with_parent(parent_pid: int) -> None:
 async def serve(config: FrontendConfig) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    result = _Exit()
+    code = 0
 
     def engine_lost() -> None:
+        nonlocal code
         if not stop.is_set():
             log.error("frontend %d: the engine process is gone; exiting", config.index)
-            result.code = ENGINE_LOST
+            code = ENGINE_LOST
             stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -90,13 +85,13 @@ async def serve(config: FrontendConfig) -> int:
     gc.freeze()
     await stop.wait()
     http_server.close()
-    if result.code == 0:
+    if code == 0:
         deadline = loop.time() + config.exit_timeout_secs
         while engine.in_flight and loop.time() < deadline:
             await asyncio.sleep(0.01)
     for connection in list(connections):
         connection.close_if_idle()
-    return result.code
+    return code
 
 
 def main(argv: list[str]) -> int:

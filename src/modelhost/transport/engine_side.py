@@ -11,14 +11,14 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import msgspec
 
 from modelhost.errors import ModelhostError
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.routes import HttpRoutes, failure_response
+from modelhost.frontends.http.routes import HttpRoutes, failure_response, traced_infer
 from modelhost.server import Server
 from modelhost.transport.framing import FramedProtocol
 from modelhost.transport.messages import (
@@ -46,6 +46,13 @@ def _reply_of(call: int, response: InferenceResponse) -> InferReply:
         [to_wire(t) for t in response.outputs],
         response.parameters,
     )
+
+
+def _reply_to(call: int) -> Callable[[InferenceResponse], Awaitable[InferReply]]:
+    async def encode(response: InferenceResponse) -> InferReply:
+        return _reply_of(call, response)
+
+    return encode
 
 
 def _http_reply(call: int, response: HttpResponse) -> HttpReply:
@@ -101,10 +108,8 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
         self._answer(_http_reply(call.call, response))
 
     async def _infer(self, call: InferCall) -> None:
-        server = self.service.server
         if http_log.isEnabledFor(logging.DEBUG):
             http_log.debug("HTTP request: POST %s", call.path)  # Triton's verbose line
-        trace = None
         try:
             request = InferenceRequest(
                 model_name=call.model,
@@ -116,24 +121,14 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
                 priority=call.priority,
                 timeout_us=call.timeout_us,
             )
-            trace = server.start_trace(request, call.traceparent)
-            if trace is not None:
-                trace.stamp("HTTP_RECV_START", call.received_ns)
-                trace.stamp("HTTP_RECV_END")
-            response = await server.infer(request)
-            if trace is not None:
-                trace.stamp("HTTP_SEND_START")
-            reply: InferReply | HttpReply = _reply_of(call.call, response)
-            if trace is not None:
-                trace.stamp("HTTP_SEND_END")
+            reply: InferReply | HttpReply = await traced_infer(
+                self.service.server, request, call.received_ns, call.traceparent, _reply_to(call.call)
+            )
         except ModelhostError as e:
             reply = _http_reply(call.call, failure_response("POST", call.path, e))
         except Exception:
             log.exception("unhandled error serving POST %s", call.path)
             reply = _http_reply(call.call, error_response(500, "internal server error"))
-        finally:
-            if trace is not None:
-                server.tracer.finish(trace)
         self._answer(reply)
 
     def _answer(self, reply: InferReply | HttpReply) -> None:

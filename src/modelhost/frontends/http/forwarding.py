@@ -21,10 +21,9 @@ from modelhost.frontends.http.infer_codec import DecodedInfer
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.routes import (
     LARGE_BODY,
-    LARGE_OUTPUT_ELEMENTS,
     compressed,
     decode_infer,
-    encode_infer,
+    encode_infer_off_loop_if_large,
     failure_response,
 )
 from modelhost.transport.frontend_side import EngineClient, EngineGone
@@ -97,9 +96,9 @@ class ForwardingRoutes:
                 decoded = await asyncio.to_thread(self._decode, request, name, version)
             else:
                 decoded = self._decode(request, name, version)
-        except (ModelhostError, _NeedsEngine):
-            # Bad input, shared memory, raw binary bodies: the engine decodes it again and answers as it always
-            # has (status, message, log line and failure count).
+        except Exception:
+            # Bad input, shared memory, raw binary bodies (and any fault of the decoder itself): the engine decodes
+            # it again and answers as it always has (status, message, log line and failure count).
             return None
         if any(o.classification for o in decoded.request.outputs):
             return None  # the labels are the model's
@@ -153,10 +152,7 @@ class ForwardingRoutes:
             reply.parameters,
         )
         try:
-            if sum(t.data.size for t in response.outputs) > LARGE_OUTPUT_ELEMENTS:
-                encoded = await asyncio.to_thread(encode_infer, name, response, decoded)
-            else:
-                encoded = encode_infer(name, response, decoded)
+            encoded = await encode_infer_off_loop_if_large(name, response, decoded)
         except ModelhostError as e:
             encoded = failure_response(request.method, request.path, e)
         return compressed(request, encoded)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
-from typing import cast
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
 from urllib.parse import unquote
 
 import orjson
@@ -24,9 +24,11 @@ from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_r
 from modelhost.model import LoadedModel
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED, Lease
-from modelhost.types import InferenceResponse
+from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.http")
+
+T = TypeVar("T")
 
 # Triton's routing expressions (http_server.cc).
 _HEALTH = re.compile(r"/v2(?:/health/(live|ready))?")
@@ -109,6 +111,42 @@ def encode_infer(name: str, response: InferenceResponse, decoded: DecodedInfer) 
         content_type="application/octet-stream",
         headers=[("Inference-Header-Content-Length", str(json_length))],
     )
+
+
+async def encode_infer_off_loop_if_large(
+    name: str, response: InferenceResponse, decoded: DecodedInfer
+) -> HttpResponse:
+    """`encode_infer`, on a worker thread when the outputs are large (the loop keeps serving meanwhile)."""
+    if sum(t.data.size for t in response.outputs) > LARGE_OUTPUT_ELEMENTS:
+        return await asyncio.to_thread(encode_infer, name, response, decoded)
+    return encode_infer(name, response, decoded)
+
+
+async def traced_infer(
+    server: Server,
+    request: InferenceRequest,
+    received_ns: int,
+    traceparent: str,
+    encode: Callable[[InferenceResponse], Awaitable[T]],
+) -> T:
+    """`request` through the core inside its trace when tracing samples it: the HTTP receive stamps, the
+    inference, then `encode` between the send stamps. The single-process route and the engine's end of the
+    frontend link both serve an HTTP inference request through it."""
+    trace = server.start_trace(request, traceparent)
+    if trace is not None:
+        trace.stamp("HTTP_RECV_START", received_ns)
+        trace.stamp("HTTP_RECV_END")
+    try:
+        response = await server.infer(request)
+        if trace is not None:
+            trace.stamp("HTTP_SEND_START")
+        encoded = await encode(response)
+        if trace is not None:
+            trace.stamp("HTTP_SEND_END")
+        return encoded
+    finally:
+        if trace is not None:
+            server.tracer.finish(trace)
 
 
 def _ok() -> HttpResponse:
@@ -330,9 +368,6 @@ class HttpRoutes:
             lambda: self.server.registry.get(name, version),
         )
 
-    def _encode(self, name: str, response: InferenceResponse, decoded: DecodedInfer) -> HttpResponse:
-        return encode_infer(name, response, decoded)
-
     async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
         # Large bodies are decoded and encoded on a worker thread: parsing 64 MiB of JSON or millions of BYTES
         # elements takes seconds, and the event loop must keep serving everyone else meanwhile.
@@ -346,23 +381,14 @@ class HttpRoutes:
                 raise
         else:
             decoded = self._decode(request, name, version)
-        trace = self.server.start_trace(decoded.request, request.headers.get("traceparent", ""))
-        if trace is not None:
-            trace.stamp("HTTP_RECV_START", request.received_ns)
-            trace.stamp("HTTP_RECV_END")
         try:
-            response = await self.server.infer(decoded.request)  # a decoupled model: Triton's HTTP refusal
-            if trace is not None:
-                trace.stamp("HTTP_SEND_START")
-            if sum(t.data.size for t in response.outputs) > LARGE_OUTPUT_ELEMENTS:
-                encoded = await asyncio.to_thread(self._encode, name, response, decoded)
-            else:
-                encoded = self._encode(name, response, decoded)
-            if trace is not None:
-                trace.stamp("HTTP_SEND_END")
-            return encoded
+            return await traced_infer(
+                self.server,  # a decoupled model: Triton's HTTP refusal
+                decoded.request,
+                request.received_ns,
+                request.headers.get("traceparent", ""),
+                lambda response: encode_infer_off_loop_if_large(name, response, decoded),
+            )
         finally:
             if decoded.lease is not None:
                 decoded.lease.release()
-            if trace is not None:
-                self.server.tracer.finish(trace)
