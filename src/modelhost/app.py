@@ -13,7 +13,7 @@ from typing import cast
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.backends.base import BackendServices
 from modelhost.devices import gpu_count
-from modelhost.frontends.grpc.service import start_grpc_server
+from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.gpu_memory import GpuMemory
@@ -151,7 +151,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     frontends: Frontends | None = None
     metrics_server: asyncio.Server | None = None
     metrics_pollers: list[asyncio.Task[None]] = []  # CPU / GPU families, every --metrics-interval-ms
-    grpc_server = None
+    grpc_server: GrpcServer | None = None
     try:
         if options.allow_http and options.frontend_processes > 0:
             frontends = Frontends(options, server)
@@ -164,8 +164,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
         if options.allow_grpc:
-            grpc_server = await start_grpc_server(server, options.grpc_address, options.grpc_port)
-            log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, options.grpc_port)
+            grpc_server = GrpcServer(server)
+            grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port)
+            log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
         if options.allow_metrics:
             polled, metrics_pollers = start_polled_metrics(options)
             if server.response_cache is not None:
@@ -228,12 +229,14 @@ async def _stop(
     connections: set[HttpProtocol],
     frontends: Frontends | None,
     metrics_server: asyncio.Server | None,
-    grpc_server: object | None,
+    grpc_server: GrpcServer | None,
     timeout: float,
 ) -> bool:
     """Stop serving; False when requests were still running at the timeout."""
     if http_server is not None:
         http_server.close()  # stop accepting; open connections finish what they have
+    if grpc_server is not None:
+        grpc_server.stop_accepting()
     if frontends is not None:
         # The frontends stop accepting and wait for their requests, which the engine serves meanwhile.
         drained, frontends_done = await asyncio.gather(server.drain(timeout), frontends.stop(timeout))
@@ -245,7 +248,7 @@ async def _stop(
     for connection in list(connections):
         connection.close_if_idle()
     if grpc_server is not None:
-        await grpc_server.stop(grace=1.0 if drained else 0)  # type: ignore[attr-defined]
+        await grpc_server.stop(grace=1.0 if drained else 0)
     if metrics_server is not None:
         metrics_server.close()
     await asyncio.to_thread(

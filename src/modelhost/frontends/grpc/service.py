@@ -1,4 +1,5 @@
-"""`inference.GRPCInferenceService` over grpc.aio, answering from the core with Triton's status codes."""
+"""The RPCs of `inference.GRPCInferenceService` and `grpc.health.v1.Health`, answered from the core with Triton's
+status codes. `server.py` serves them over HTTP/2."""
 
 from __future__ import annotations
 
@@ -6,16 +7,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
-import grpc
 from google.protobuf import json_format  # type: ignore[import-untyped]
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from grpc_health.v1 import health_pb2
+from tritonclient.grpc import service_pb2
 
 from modelhost.devices import gpu_count
 from modelhost.errors import DecoupledModel, InvalidArgument, ModelhostError, NotFound, Unsupported
+from modelhost.frontends.grpc.calls import CallContext
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
@@ -24,16 +25,11 @@ from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED
 log = logging.getLogger("modelhost.grpc")
 T = TypeVar("T")
 
-# Messages up to 2 GiB each way, as Triton (tritonclient raises its own limits to match).
 # Requests of one ModelStreamInfer stream that may be in flight (or answered and not yet sent) at once.
 STREAM_WINDOW = 64
-MESSAGE_OPTIONS = [
-    ("grpc.max_send_message_length", 2**31 - 1),
-    ("grpc.max_receive_message_length", 2**31 - 1),
-]
 
 
-async def _fail(context: grpc.aio.ServicerContext, what: str, e: ModelhostError) -> NoReturn:
+async def _fail(context: CallContext, what: str, e: ModelhostError) -> NoReturn:
     if e.http_status >= 500:
         log.error("%s failed: %s", what, e)
     else:
@@ -42,18 +38,11 @@ async def _fail(context: grpc.aio.ServicerContext, what: str, e: ModelhostError)
     raise e  # unreachable: abort raises
 
 
-async def _answer(context: grpc.aio.ServicerContext, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+async def _answer(context: CallContext, what: str, fn: Callable[[], Awaitable[T]]) -> T:
     try:
         return await fn()
     except ModelhostError as e:
         await _fail(context, what, e)
-
-
-def _not_yet(feature: str) -> Callable[..., Awaitable[Any]]:
-    async def handler(self: GrpcService, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{feature} is not supported yet")
-
-    return handler
 
 
 def _parameter_values(parameters: Any) -> dict[str, Any]:
@@ -65,17 +54,17 @@ def _parameter_values(parameters: Any) -> dict[str, Any]:
     return values
 
 
-class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+class GrpcService:
     def __init__(self, server: Server) -> None:
         self.server = server
 
-    async def ServerLive(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ServerLive(self, request: Any, context: CallContext) -> Any:
         return service_pb2.ServerLiveResponse(live=self.server.is_live())
 
-    async def ServerReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ServerReady(self, request: Any, context: CallContext) -> Any:
         return service_pb2.ServerReadyResponse(ready=self.server.is_ready())
 
-    async def ModelReady(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelReady(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             version = parse_model_version(request.version)
             ready = await self.server.model_ready_checked(request.name, version)
@@ -83,10 +72,10 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, f"readiness of '{request.name}'", run)
 
-    async def ServerMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ServerMetadata(self, request: Any, context: CallContext) -> Any:
         return service_pb2.ServerMetadataResponse(**self.server.metadata())
 
-    async def ModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelMetadata(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             meta = self.server.model_metadata(request.name, parse_model_version(request.version))
             response = service_pb2.ModelMetadataResponse(
@@ -99,7 +88,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, f"metadata of '{request.name}'", run)
 
-    async def ModelConfig(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelConfig(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             response = service_pb2.ModelConfigResponse()
             config = self.server.model_config(request.name, parse_model_version(request.version))
@@ -108,7 +97,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, f"config of '{request.name}'", run)
 
-    async def ModelStatistics(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelStatistics(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             version = parse_model_version(request.version)
             response = service_pb2.ModelStatisticsResponse()
@@ -118,7 +107,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, f"statistics of '{request.name or '*'}'", run)
 
-    async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def LogSettings(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             settings = self.server.logging_settings(_parameter_values(request.settings))
             response = service_pb2.LogSettingsResponse()
@@ -133,7 +122,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, "log settings", run)
 
-    async def RepositoryIndex(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def RepositoryIndex(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             if request.repository_name:
                 raise Unsupported("'repository_name' specification is not supported")
@@ -144,7 +133,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, "repository index", run)
 
-    async def RepositoryModelLoad(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def RepositoryModelLoad(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             if request.repository_name:
                 raise Unsupported("'repository_name' specification is not supported")
@@ -154,7 +143,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, f"load of '{request.model_name}'", run)
 
-    async def RepositoryModelUnload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def RepositoryModelUnload(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             if request.repository_name:
                 raise Unsupported("'repository_name' specification is not supported")
@@ -172,7 +161,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         finally:
             lease.release()
 
-    async def ModelInfer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ModelInfer(self, request: Any, context: CallContext) -> Any:
         # The hot path: no closure, no f-string unless it fails (what _answer costs the other RPCs).
         lease = self.server.shared_memory.lease()
         try:
@@ -186,7 +175,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         finally:
             lease.release()
 
-    async def _traced_infer(self, request: Any, context: grpc.aio.ServicerContext, lease: Any) -> Any:
+    async def _traced_infer(self, request: Any, context: CallContext, lease: Any) -> Any:
         """ModelInfer while tracing is on: a sampled request records the gRPC frontend's timestamps too."""
         received = time.monotonic_ns()
         core = decode_request(request, lease)
@@ -207,7 +196,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
             self.server.tracer.finish(trace)
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[Any], context: CallContext
     ) -> AsyncIterator[Any]:
         """Requests of one stream run concurrently; each answer (or error) is sent as soon as it is ready.
 
@@ -286,7 +275,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
             with contextlib.suppress(BaseException):
                 await reader
 
-    async def SystemSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def SystemSharedMemoryStatus(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             response = service_pb2.SystemSharedMemoryStatusResponse()
             for region in self.server.shared_memory.status(request.name):
@@ -297,14 +286,14 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, "system shared memory status", run)
 
-    async def SystemSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def SystemSharedMemoryRegister(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             self.server.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
             return service_pb2.SystemSharedMemoryRegisterResponse()
 
         return await _answer(context, f"registration of shared memory region '{request.name}'", run)
 
-    async def SystemSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def SystemSharedMemoryUnregister(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             self.server.shared_memory.unregister(request.name)
             return service_pb2.SystemSharedMemoryUnregisterResponse()
@@ -312,7 +301,7 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         return await _answer(context, f"unregistration of shared memory region '{request.name or '*'}'", run)
 
     # CUDA shared memory: nothing is ever registered; registration is refused.
-    async def CudaSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def CudaSharedMemoryStatus(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             if request.name:
                 raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
@@ -320,21 +309,21 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
 
         return await _answer(context, "CUDA shared memory status", run)
 
-    async def CudaSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def CudaSharedMemoryRegister(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             self.server.shared_memory.check_allowed()
             raise Unsupported(CUDA_UNSUPPORTED if gpu_count() else CUDA_NO_GPU)
 
         return await _answer(context, f"registration of CUDA shared memory region '{request.name}'", run)
 
-    async def CudaSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def CudaSharedMemoryUnregister(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             self.server.shared_memory.check_allowed()
             return service_pb2.CudaSharedMemoryUnregisterResponse()
 
         return await _answer(context, "CUDA shared memory unregistration", run)
 
-    async def TraceSetting(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def TraceSetting(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
             changes: dict[str, Any] | None = None
             if request.settings:
@@ -356,52 +345,16 @@ class GrpcService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignor
         return await _answer(context, "trace settings", run)
 
 
-class _GenericHandlersOnly:
-    """Stands in for the server in the generated `add_..._to_server`, keeping its generic handler only.
-
-    The generated code (grpcio-tools >= 1.62) also registers every method as a "registered method". grpc.aio then
-    keeps one pending request future per registered method (20 here) and `asyncio.wait`s on all of them for each
-    incoming call: measured ~20-40 us of event-loop CPU per ModelInfer (~8% of the total). The generic handler
-    alone serves the same methods with one pending future.
-    """
-
-    def __init__(self) -> None:
-        self.handlers: list[grpc.GenericRpcHandler] = []
-
-    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
-        self.handlers.extend(handlers)
-
-    def add_registered_method_handlers(
-        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
-    ) -> None:
-        pass
-
-
-class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+class HealthService:
     """The standard `grpc.health.v1.Health/Check` that Kubernetes gRPC probes use: SERVING while the server is
     ready, NOT_SERVING otherwise, whatever service is named (as Triton answers it). `Watch` is not served."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
 
-    async def Check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Check(self, request: Any, context: CallContext) -> Any:
         serving = self.server.is_ready()
         status = (
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         return health_pb2.HealthCheckResponse(status=status)
-
-
-async def start_grpc_server(server: Server, host: str, port: int) -> grpc.aio.Server:
-    grpc_server = grpc.aio.server(options=MESSAGE_OPTIONS)
-    generic = _GenericHandlersOnly()
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(GrpcService(server), generic)
-    health_pb2_grpc.add_HealthServicer_to_server(HealthService(server), generic)
-    grpc_server.add_generic_rpc_handlers(generic.handlers)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        grpc_server.add_insecure_port(address)
-    except RuntimeError as e:  # grpc reports a port in use this way
-        raise OSError(f"failed to bind the gRPC server to {address}: address in use or not available") from e
-    await grpc_server.start()
-    return grpc_server

@@ -1,0 +1,157 @@
+"""What one gRPC call sees: its metadata and deadline, the length-prefixed messages of its body, its status.
+
+The wire rules (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md) that the HTTP/2 connection
+(`connection.py`) applies to each stream: a message is a 1-byte compressed flag, a 4-byte big-endian length and
+the bytes; the call ends with trailers carrying `grpc-status` and a percent-encoded `grpc-message`.
+"""
+
+from __future__ import annotations
+
+import base64
+import urllib.parse
+import zlib
+from typing import NoReturn
+
+import grpc
+
+# Header names that are HTTP/2 or gRPC machinery, not the call's metadata (what grpcio leaves out too).
+_NOT_METADATA = frozenset(
+    {b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"}
+)
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+ACCEPTED_ENCODINGS = b"identity,deflate,gzip"
+# Characters sent as they are in grpc-message; everything else is percent-encoded (the spec's rule).
+_MESSAGE_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+class AbortError(Exception):
+    """Ends a call with a status; raised by `CallContext.abort` and by the message rules below."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class CallContext:
+    """The part of `grpc.aio.ServicerContext` the services use: metadata in, abort out."""
+
+    __slots__ = ("metadata",)
+
+    def __init__(self, metadata: tuple[tuple[str, str | bytes], ...]) -> None:
+        self.metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self.metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        raise AbortError(code, details)
+
+
+def call_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str | bytes], ...]:
+    """Custom metadata of a call: every header but the pseudo-headers and gRPC's own; `-bin` values decoded."""
+    items: list[tuple[str, str | bytes]] = []
+    for name, value in headers:
+        if name[:1] == b":" or name in _NOT_METADATA:
+            continue
+        key = name.decode("latin-1")
+        if key.endswith("-bin"):
+            items.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+        else:
+            items.append((key, value.decode("latin-1")))
+    return tuple(items)
+
+
+def parse_timeout(value: bytes) -> float:
+    """Seconds of a `grpc-timeout` header (`<at most 8 digits><unit>`)."""
+    digits, unit = value[:-1], value[-1:]
+    if not (1 <= len(digits) <= 8 and digits.isdigit()) or unit not in _TIMEOUT_UNITS:
+        raise AbortError(
+            grpc.StatusCode.INVALID_ARGUMENT, f"invalid grpc-timeout '{value.decode('latin-1')}'"
+        )
+    return int(digits) * _TIMEOUT_UNITS[unit]
+
+
+def status_trailers(code: grpc.StatusCode, message: str) -> list[tuple[bytes, bytes]]:
+    trailers = [(b"grpc-status", str(code.value[0]).encode())]
+    if message:
+        trailers.append((b"grpc-message", urllib.parse.quote(message, safe=_MESSAGE_SAFE).encode("ascii")))
+    return trailers
+
+
+def frame_message(payload: bytes) -> bytes:
+    """One uncompressed message as it goes on the wire."""
+    return b"\x00" + len(payload).to_bytes(4, "big") + payload
+
+
+class MessageReader:
+    """Splits a call's body into messages as DATA arrives, enforcing the size limit before buffering one."""
+
+    __slots__ = ("buffer", "encoding", "max_size")
+
+    def __init__(self, encoding: bytes | None, max_size: int) -> None:
+        if encoding not in (None, b"identity", b"gzip", b"deflate"):
+            name = encoding.decode("latin-1") if encoding else ""
+            raise AbortError(
+                grpc.StatusCode.UNIMPLEMENTED, f"Compression algorithm '{name}' is not supported"
+            )
+        self.encoding = encoding
+        self.max_size = max_size
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The messages completed by `data` (usually one, whole, without a copy when it came in one frame)."""
+        if not self.buffer and len(data) >= 5 and len(data) == 5 + int.from_bytes(data[1:5], "big"):
+            self._check(data[0], len(data) - 5)
+            return [self._decoded(data[0], data[5:])]
+        self.buffer += data
+        messages: list[bytes] = []
+        while len(self.buffer) >= 5:
+            size = int.from_bytes(self.buffer[1:5], "big")
+            self._check(self.buffer[0], size)
+            if len(self.buffer) < 5 + size:
+                break
+            messages.append(self._decoded(self.buffer[0], bytes(self.buffer[5 : 5 + size])))
+            del self.buffer[: 5 + size]
+        return messages
+
+    def finish(self) -> None:
+        """The client ended its side: a partial message left over is an error."""
+        if self.buffer:
+            raise AbortError(grpc.StatusCode.INTERNAL, "the request ended inside a message")
+
+    def _check(self, flag: int, size: int) -> None:
+        if size > self.max_size:
+            raise AbortError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({size} vs. {self.max_size})",
+            )
+        if flag not in (0, 1):
+            raise AbortError(grpc.StatusCode.INTERNAL, f"invalid message compression flag {flag}")
+        if flag == 1 and self.encoding in (None, b"identity"):
+            raise AbortError(grpc.StatusCode.INTERNAL, "a compressed message without a grpc-encoding header")
+
+    def _decoded(self, flag: int, payload: bytes) -> bytes:
+        if flag == 0:
+            return payload
+        try:
+            if self.encoding == b"gzip":
+                data = _inflate(zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), payload, self.max_size)
+            else:
+                data = _inflate(zlib.decompressobj(), payload, self.max_size)
+        except zlib.error as e:
+            raise AbortError(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {e}") from e
+        return data
+
+
+def _inflate(decompressor: zlib._Decompress, payload: bytes, limit: int) -> bytes:
+    """Decompressed bytes, refusing more than `limit` of them (a small compressed message may expand a lot)."""
+    data = decompressor.decompress(payload, limit + 1)
+    if len(data) > limit:
+        raise AbortError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"Received message larger than max (more than {limit} bytes once decompressed)",
+        )
+    if not decompressor.eof:
+        raise zlib.error("truncated compressed data")
+    return data

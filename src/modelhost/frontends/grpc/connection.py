@@ -1,0 +1,565 @@
+"""One HTTP/2 connection of the gRPC server: h2 for framing, HPACK and flow control; gRPC calls on top.
+
+Chosen by measurement over grpc.aio (benchmarks/README.md, "gRPC"): grpc.aio's per-call machinery cost more
+than everything else in a request, while this runs each call as one task on the server's own event loop.
+
+Each stream is one call. A unary call starts its handler once the request's single message and END_STREAM
+have arrived; a streaming call starts at once and reads its messages from an inbox. Memory stays bounded:
+- received: at most MAX_CONCURRENT_STREAMS calls per connection, each message at most `max_message_size`, and
+  a streaming call's unread messages held back by not acknowledging their bytes (the client's window closes);
+- sent: a call's DATA waits for the peer's flow-control window and for the transport to drain, so a client that
+  does not read holds its own calls back, not the server's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from typing import Any, cast
+
+import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+from hyperframe.frame import GoAwayFrame
+
+from modelhost.frontends.grpc.calls import (
+    ACCEPTED_ENCODINGS,
+    AbortError,
+    CallContext,
+    MessageReader,
+    call_metadata,
+    frame_message,
+    parse_timeout,
+    status_trailers,
+)
+from modelhost.frontends.grpc.methods import Method
+
+log = logging.getLogger("modelhost.grpc")
+
+MAX_CONCURRENT_STREAMS = 1024
+# Our receive windows: large enough that a big tensor is not held back by round trips of WINDOW_UPDATEs.
+INITIAL_WINDOW = 16 * 1024 * 1024
+MAX_FRAME_SIZE = 64 * 1024
+# A request's header block, decoded (grpc's own hard limit on metadata is 16 KiB too).
+MAX_HEADER_LIST_SIZE = 16 * 1024
+# A streaming call's messages received and not yet read by its handler; past this its bytes are not acknowledged.
+STREAM_INBOX = 64
+# Client resets of streams per connection and second before the connection is closed (the "rapid reset" attack).
+MAX_RESETS_PER_SECOND = 500
+
+_CONFIG = h2.config.H2Configuration(
+    client_side=False,
+    header_encoding=None,
+    validate_inbound_headers=True,
+    normalize_inbound_headers=False,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+)
+_RESPONSE_HEADERS = [
+    (b":status", b"200"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-accept-encoding", ACCEPTED_ENCODINGS),
+]
+_OK_TRAILERS = [(b"grpc-status", b"0")]
+
+
+class _Call:
+    """The server's state of one stream."""
+
+    __slots__ = (
+        "context",
+        "deadline",
+        "deadline_expired",
+        "headers_sent",
+        "id",
+        "inbox",
+        "method",
+        "reader",
+        "remote_ended",
+        "task",
+        "unacknowledged",
+    )
+
+    def __init__(self, stream_id: int, method: Method, reader: MessageReader, context: CallContext) -> None:
+        self.id = stream_id
+        self.method = method
+        self.reader = reader
+        self.context = context
+        self.task: asyncio.Task[None] | None = None
+        self.headers_sent = False
+        self.deadline: asyncio.TimerHandle | None = None
+        self.deadline_expired = False
+        # Streaming calls: messages received and not read yet (None: the client finished sending).
+        self.inbox: collections.deque[bytes | None] | None = None
+        self.unacknowledged = 0  # bytes received and held back from the client's window
+        self.remote_ended = False  # the client has sent END_STREAM
+
+
+class GrpcConnection(asyncio.Protocol):
+    def __init__(
+        self, methods: dict[bytes, Method], max_message_size: int, connections: set[GrpcConnection]
+    ) -> None:
+        self.methods = methods
+        self.max_message_size = max_message_size
+        self.connections = connections
+        self.h2 = h2.connection.H2Connection(_CONFIG)
+        self.transport: asyncio.Transport | None = None
+        self.calls: dict[int, _Call] = {}
+        self.unary_messages: dict[int, bytes] = {}
+        self.loop = asyncio.get_running_loop()
+        self.flush_scheduled = False
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        self.window_waiters: list[asyncio.Future[None]] = []
+        self.inbox_waiters: dict[int, asyncio.Future[None]] = {}
+        self.closed = False
+        self.going_away = False  # GOAWAY sent: no new calls
+        self.resets: collections.deque[float] = collections.deque()
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self._dispatch: dict[type[h2.events.Event], Any] = {
+            h2.events.RequestReceived: self._request_received,
+            h2.events.DataReceived: self._data_received,
+            h2.events.StreamEnded: self._stream_ended,
+            h2.events.StreamReset: self._stream_reset,
+            h2.events.WindowUpdated: self._window_opened,
+            h2.events.RemoteSettingsChanged: self._window_opened,
+            h2.events.ConnectionTerminated: self._terminated,
+        }
+
+    # -- asyncio.Protocol --------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.connections.add(self)
+        self.h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: INITIAL_WINDOW,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
+            },
+        )
+        # Settings given as initial values are in force at once, so h2 is told of them here, not on their ACK.
+        self.h2.max_inbound_frame_size = MAX_FRAME_SIZE
+        self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
+        self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(INITIAL_WINDOW)
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.connections.discard(self)
+        self.can_write.set()
+        for call in list(self.calls.values()):
+            self._forget(call)
+            if call.task is not None:
+                call.task.cancel()
+        self._wake_window_waiters()
+        self.idle.set()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as e:
+            # h2 has queued a GOAWAY saying why; send it and close.
+            log.info("closing a gRPC connection: %s", e or type(e).__name__)
+            self._flush()
+            self.close()
+            return
+        dispatch = self._dispatch
+        for event in events:
+            handler = dispatch.get(type(event))
+            if handler is not None:
+                handler(event)
+        self._flush()
+
+    # -- inbound events ----------------------------------------------------------------------------------------
+
+    def _request_received(self, event: h2.events.RequestReceived) -> None:
+        stream_id = event.stream_id
+        if self.going_away:
+            self._reset(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        headers = event.headers
+        path = method_name = b""
+        content_type = encoding = timeout = None
+        for name, value in headers:
+            if name == b":path":
+                path = value
+            elif name == b":method":
+                method_name = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"grpc-encoding":
+                encoding = value
+            elif name == b"grpc-timeout":
+                timeout = value
+        if method_name != b"POST":
+            self._answer_http_error(stream_id, b"405")
+            return
+        if content_type is None or not content_type.startswith(b"application/grpc"):
+            self._answer_http_error(stream_id, b"415")
+            return
+        method = self.methods.get(path)
+        if method is None:
+            log.info("unknown gRPC method %s", path.decode("latin-1"))
+            self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return
+        try:
+            reader = MessageReader(encoding, self.max_message_size)
+            seconds = parse_timeout(timeout) if timeout is not None else None
+        except AbortError as e:
+            log.info("refused a gRPC call to %s: %s", path.decode("latin-1"), e.message)
+            self._answer_status(stream_id, e.code, e.message)
+            return
+        call = _Call(stream_id, method, reader, CallContext(call_metadata(headers)))
+        self.calls[stream_id] = call
+        self.idle.clear()
+        if seconds is not None:
+            call.deadline = self.loop.call_later(seconds, self._deadline_expired, call)
+        if method.streaming:
+            call.inbox = collections.deque()
+            call.task = self.loop.create_task(self._run_streaming(call))
+
+    def _data_received(self, event: h2.events.DataReceived) -> None:
+        stream_id = event.stream_id
+        size = event.flow_controlled_length
+        call = self.calls.get(stream_id)
+        if call is None:  # answered or reset already: the bytes only count against the windows
+            self._acknowledge(stream_id, size)
+            return
+        try:
+            messages = call.reader.feed(event.data)
+        except AbortError as e:
+            log.info("gRPC call to %s refused: %s", call.method.name, e.message)
+            self._acknowledge(stream_id, size)
+            self._fail_early(call, e)
+            return
+        inbox = call.inbox
+        if inbox is None:  # unary: one message
+            self._acknowledge(stream_id, size)
+            if messages:
+                if stream_id in self.unary_messages or len(messages) > 1:
+                    self._fail_early(
+                        call, AbortError(grpc.StatusCode.UNIMPLEMENTED, "More than one request message")
+                    )
+                    return
+                self.unary_messages[stream_id] = messages[0]
+            return
+        inbox.extend(messages)
+        if len(inbox) < STREAM_INBOX and not call.unacknowledged:
+            self._acknowledge(stream_id, size)
+        elif size:  # held back from this call's window only: the connection's other calls go on
+            self.h2.increment_flow_control_window(size)
+            call.unacknowledged += size
+        self._wake_inbox(stream_id)
+
+    def _stream_ended(self, event: h2.events.StreamEnded) -> None:
+        call = self.calls.get(event.stream_id)
+        if call is None:
+            return
+        call.remote_ended = True
+        try:
+            call.reader.finish()
+        except AbortError as e:
+            self._fail_early(call, e)
+            return
+        if call.inbox is not None:
+            call.inbox.append(None)
+            self._wake_inbox(call.id)
+            return
+        message = self.unary_messages.pop(call.id, None)
+        if message is None:
+            self._fail_early(call, AbortError(grpc.StatusCode.UNIMPLEMENTED, "No request message"))
+            return
+        call.task = self.loop.create_task(self._run_unary(call, message))
+
+    def _stream_reset(self, event: h2.events.StreamReset) -> None:
+        now = time.monotonic()
+        self.resets.append(now)
+        while self.resets and self.resets[0] < now - 1.0:
+            self.resets.popleft()
+        if len(self.resets) > MAX_RESETS_PER_SECOND:
+            log.warning(
+                "closing a gRPC connection: more than %d stream resets a second", MAX_RESETS_PER_SECOND
+            )
+            self.go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self.close()
+        call = self.calls.get(event.stream_id)
+        if call is not None:  # the client cancelled the call
+            self._forget(call)
+            if call.task is not None:
+                call.task.cancel()
+            self._wake_inbox(call.id)
+
+    def _window_opened(self, event: h2.events.Event) -> None:
+        self._wake_window_waiters()
+
+    def _terminated(self, event: h2.events.ConnectionTerminated) -> None:
+        # The client sent GOAWAY: h2 takes no more frames from us, so what is in flight cannot be answered.
+        self.close()
+
+    # -- running calls -----------------------------------------------------------------------------------------
+
+    async def _run_unary(self, call: _Call, message: bytes) -> None:
+        method = call.method
+        try:
+            request = method.decode(message)
+            # Only the answer stays referenced while it waits for the client's window (no request, no message).
+            del message
+            response = await method.handler(request, call.context)
+            del request
+            data = frame_message(method.encode(response))
+            del response
+        except AbortError as e:
+            self._finish(call, e.code, e.message)
+            return
+        except asyncio.CancelledError:
+            self._cancelled(call)
+            return
+        except Exception as e:  # protobuf DecodeError and handler bugs: the call fails, the server serves on
+            self._failed(call, e)
+            return
+        if call.id not in self.calls:
+            return
+        if not call.headers_sent:
+            self._send_headers(call)
+        await self._send(call, data)
+        self._finish(call, grpc.StatusCode.OK, "")
+
+    async def _run_streaming(self, call: _Call) -> None:
+        method = call.method
+        try:
+            async for response in method.handler(self._requests(call), call.context):
+                if call.id not in self.calls:
+                    return
+                if not call.headers_sent:
+                    self._send_headers(call)
+                await self._send(call, frame_message(method.encode(response)))
+        except AbortError as e:
+            self._finish(call, e.code, e.message)
+            return
+        except asyncio.CancelledError:
+            self._cancelled(call)
+            return
+        except Exception as e:
+            self._failed(call, e)
+            return
+        self._finish(call, grpc.StatusCode.OK, "")
+
+    async def _requests(self, call: _Call) -> Any:
+        """A streaming call's request messages, decoded, as its handler reads them."""
+        inbox = call.inbox
+        assert inbox is not None
+        while True:
+            while not inbox:
+                if call.id not in self.calls:
+                    return
+                waiter = self.loop.create_future()
+                self.inbox_waiters[call.id] = waiter
+                try:
+                    await waiter
+                finally:
+                    self.inbox_waiters.pop(call.id, None)
+            message = inbox.popleft()
+            if call.unacknowledged and len(inbox) < STREAM_INBOX // 2:
+                with contextlib.suppress(h2.exceptions.H2Error):
+                    self.h2.increment_flow_control_window(call.unacknowledged, call.id)
+                call.unacknowledged = 0
+                self._schedule_flush()
+            if message is None:
+                return
+            try:
+                request = call.method.decode(message)
+            except Exception as e:
+                raise AbortError(grpc.StatusCode.INTERNAL, f"failed to parse the request message: {e}") from e
+            yield request
+
+    def _cancelled(self, call: _Call) -> None:
+        if call.deadline_expired:
+            self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        elif call.id in self.calls:  # the server is stopping
+            self._finish(call, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+
+    def _failed(self, call: _Call, e: Exception) -> None:
+        if type(e).__name__ == "DecodeError":
+            log.info("gRPC call to %s: failed to parse the request message: %s", call.method.name, e)
+            self._finish(call, grpc.StatusCode.INTERNAL, f"failed to parse the request message: {e}")
+            return
+        log.exception("unhandled error in gRPC call to %s", call.method.name)
+        self._finish(call, grpc.StatusCode.UNKNOWN, f"Unexpected error in {call.method.name}: {e}")
+
+    def _deadline_expired(self, call: _Call) -> None:
+        call.deadline_expired = True
+        if call.task is not None:
+            call.task.cancel()  # answered from the task, as it unwinds
+        else:  # still receiving its request
+            self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    # -- sending -----------------------------------------------------------------------------------------------
+
+    def _send_headers(self, call: _Call) -> None:
+        call.headers_sent = True
+        try:  # noqa: SIM105 (try is cheaper than contextlib.suppress on the hot path)
+            self.h2.send_headers(call.id, _RESPONSE_HEADERS)
+        except h2.exceptions.H2Error:
+            pass  # reset or connection gone; the call is dropped below
+        self._schedule_flush()
+
+    async def _send(self, call: _Call, data: bytes) -> None:
+        """DATA of one message, as the peer's window and the transport allow."""
+        h2c = self.h2
+        offset, total = 0, len(data)
+        while offset < total:
+            if self.closed or call.id not in self.calls:
+                return
+            if not self.can_write.is_set():
+                await self.can_write.wait()
+                continue
+            try:
+                window = h2c.local_flow_control_window(call.id)
+            except h2.exceptions.H2Error:
+                return
+            if window <= 0:
+                waiter = self.loop.create_future()
+                self.window_waiters.append(waiter)
+                await waiter
+                continue
+            size = min(window, h2c.max_outbound_frame_size, total - offset)
+            try:
+                h2c.send_data(call.id, data if size == total else data[offset : offset + size])
+            except h2.exceptions.H2Error:
+                return
+            offset += size
+            self._schedule_flush()
+
+    def _finish(self, call: _Call, code: grpc.StatusCode, message: str) -> None:
+        """End a call with its status: trailers, or a trailers-only answer when nothing was sent yet."""
+        if self.calls.get(call.id) is not call:
+            return
+        self._forget(call)
+        if not call.headers_sent:
+            self._answer_status(call.id, code, message, reset=not call.remote_ended)
+            return
+        try:
+            trailers = _OK_TRAILERS if code is grpc.StatusCode.OK else status_trailers(code, message)
+            self.h2.send_headers(call.id, trailers, end_stream=True)
+            if not call.remote_ended:  # answered before the client finished sending: it may stop now
+                self.h2.reset_stream(call.id, h2.errors.ErrorCodes.NO_ERROR)
+        except h2.exceptions.H2Error:
+            pass
+        self._schedule_flush()
+
+    def _fail_early(self, call: _Call, e: AbortError) -> None:
+        if call.task is not None:
+            call.task.cancel()
+        self._finish(call, e.code, e.message)
+
+    def _answer_status(
+        self, stream_id: int, code: grpc.StatusCode, message: str, *, reset: bool = False
+    ) -> None:
+        """A trailers-only answer: one HEADERS frame with the status, ending the stream."""
+        headers = [
+            (b":status", b"200"),
+            (b"content-type", b"application/grpc"),
+            *status_trailers(code, message),
+        ]
+        try:
+            self.h2.send_headers(stream_id, headers, end_stream=True)
+            if reset:
+                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+        except h2.exceptions.H2Error:
+            pass
+        self._schedule_flush()
+
+    def _answer_http_error(self, stream_id: int, status: bytes) -> None:
+        try:
+            self.h2.send_headers(stream_id, [(b":status", status)], end_stream=True)
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+        except h2.exceptions.H2Error:
+            pass
+        self._schedule_flush()
+
+    def _reset(self, stream_id: int, code: h2.errors.ErrorCodes) -> None:
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self.h2.reset_stream(stream_id, code)
+
+    def _acknowledge(self, stream_id: int, size: int) -> None:
+        if size:
+            try:
+                self.h2.acknowledge_received_data(size, stream_id)
+            except h2.exceptions.H2Error:  # the stream is closed: open the connection window alone
+                self.h2.increment_flow_control_window(size)
+
+    def _forget(self, call: _Call) -> None:
+        if self.calls.pop(call.id, None) is not None and call.deadline is not None:
+            call.deadline.cancel()
+        self.unary_messages.pop(call.id, None)
+        if not self.calls:
+            self.idle.set()
+
+    def _wake_inbox(self, stream_id: int) -> None:
+        waiter = self.inbox_waiters.get(stream_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _wake_window_waiters(self) -> None:
+        waiters, self.window_waiters = self.window_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _schedule_flush(self) -> None:
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what h2 has queued, once per loop turn however many calls answered in it."""
+        self.flush_scheduled = False
+        data = self.h2.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    # -- shutdown ----------------------------------------------------------------------------------------------
+
+    def go_away(self, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.NO_ERROR) -> None:
+        """Send GOAWAY naming the last call we take, while the calls in flight may still be answered.
+
+        h2's `close_connection` would refuse every later frame of ours, so the frame is written directly.
+        """
+        if self.going_away or self.transport is None or self.transport.is_closing():
+            return
+        self.going_away = True
+        self._flush()
+        frame = GoAwayFrame(stream_id=0, last_stream_id=self.h2.highest_inbound_stream_id, error_code=code)
+        self.transport.write(frame.serialize())
+
+    async def drain(self, timeout: float) -> bool:
+        """GOAWAY, then wait up to `timeout` s for the calls in flight; True when they all finished."""
+        self.go_away()
+        try:
+            await asyncio.wait_for(self.idle.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self._flush()
+            self.transport.close()

@@ -1,0 +1,46 @@
+"""The RPCs the gRPC server answers, by path: how to decode a request, which handler runs, how to encode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import descriptor as _descriptor  # type: ignore[import-untyped]
+from google.protobuf import message_factory
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    name: str
+    # True for a call whose client sends a stream of messages and is answered with a stream (ModelStreamInfer).
+    streaming: bool
+    decode: Callable[[bytes], Any]
+    # unary: `async (request, context) -> response`; streaming: `(request_iterator, context) -> async iterator`.
+    handler: Callable[..., Any]
+    encode: Callable[[Any], bytes]
+
+
+def methods_of(service: _descriptor.ServiceDescriptor, servicer: object) -> dict[bytes, Method]:
+    """`/package.Service/Method` -> Method for each method `servicer` implements (the others are unknown)."""
+    table: dict[bytes, Method] = {}
+    for method in service.methods:
+        handler = getattr(servicer, method.name, None)
+        if handler is None:
+            continue
+        if method.client_streaming != method.server_streaming:
+            raise ValueError(f"{method.full_name}: only unary and bidirectional streaming calls are served")
+        request_class = message_factory.GetMessageClass(method.input_type)
+        table[f"/{service.full_name}/{method.name}".encode()] = Method(
+            name=method.name,
+            streaming=method.client_streaming,
+            decode=request_class.FromString,
+            handler=handler,
+            encode=_serialize,
+        )
+    return table
+
+
+def _serialize(message: Any) -> bytes:
+    data: bytes = message.SerializeToString()
+    return data

@@ -1,0 +1,64 @@
+"""The gRPC server: `GRPCInferenceService` and `grpc.health.v1.Health` over HTTP/2 (h2c) on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from grpc_health.v1 import health_pb2
+from tritonclient.grpc import service_pb2
+
+from modelhost.frontends.grpc.connection import GrpcConnection
+from modelhost.frontends.grpc.methods import Method, methods_of
+from modelhost.frontends.grpc.service import GrpcService, HealthService
+from modelhost.server import Server
+
+log = logging.getLogger("modelhost.grpc")
+
+# Triton's limit on a message, each way.
+MAX_MESSAGE_SIZE = 2**31 - 1
+
+
+class GrpcServer:
+    def __init__(self, server: Server, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
+        self.methods: dict[bytes, Method] = {
+            **methods_of(
+                service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], GrpcService(server)
+            ),
+            **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], HealthService(server)),
+        }
+        self.max_message_size = max_message_size
+        self.connections: set[GrpcConnection] = set()
+        self.listener: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
+        """Listen; the port bound (the one picked when `port` is 0)."""
+
+        def factory() -> GrpcConnection:
+            return GrpcConnection(self.methods, self.max_message_size, self.connections)
+
+        loop = asyncio.get_running_loop()
+        try:
+            self.listener = await loop.create_server(
+                factory, host=host, port=port, reuse_address=True, reuse_port=reuse_port or None, backlog=2048
+            )
+        except OSError as e:
+            raise OSError(f"failed to bind the gRPC server to {host}:{port}: {e.strerror or e}") from e
+        bound: int = self.listener.sockets[0].getsockname()[1]
+        return bound
+
+    def stop_accepting(self) -> None:
+        """No new connections, and GOAWAY on the open ones: their clients send new calls elsewhere or later."""
+        if self.listener is not None:
+            self.listener.close()
+        for connection in self.connections:
+            connection.go_away()
+
+    async def stop(self, grace: float) -> None:
+        """Give the calls in flight up to `grace` s, then close every connection."""
+        self.stop_accepting()
+        connections = list(self.connections)
+        if connections:
+            await asyncio.gather(*(c.drain(grace) for c in connections))
+        for connection in connections:
+            connection.close()

@@ -1,0 +1,439 @@
+"""The gRPC HTTP/2 connection, driven in memory by an h2 client: calls, statuses, flow control, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import urllib.parse
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import h2.errors
+import pytest
+from hyperframe.frame import Frame, GoAwayFrame
+
+from frontends.grpc.peer import Peer, framed, unary
+from modelhost.frontends.grpc.calls import AbortError
+from modelhost.frontends.grpc.connection import MAX_RESETS_PER_SECOND, STREAM_INBOX
+from modelhost.frontends.grpc.methods import Method
+
+OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
+RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 8, 12, 13
+
+
+class Handlers:
+    """Methods under test; `cancelled` counts handlers stopped by a reset or a deadline."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+        self.received: list[bytes] = []
+        self.release = asyncio.Event()
+
+    async def echo(self, request: bytes) -> bytes:
+        return request
+
+    async def slow(self, request: bytes) -> bytes:
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return b"done"
+
+    async def big(self, request: bytes) -> bytes:
+        return b"x" * int(request)
+
+    async def fail(self, request: bytes) -> bytes:
+        raise AbortError(grpc.StatusCode.NOT_FOUND, "no model 'é' at 100%")
+
+    async def bug(self, request: bytes) -> bytes:
+        raise RuntimeError("a bug")
+
+    async def chat(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        async for request in requests:
+            self.received.append(request)
+            yield request.upper()
+
+    async def deaf(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        """A streaming call that reads nothing until released."""
+        await self.release.wait()
+        async for request in requests:
+            self.received.append(request)
+        yield b"end"
+
+    def methods(self) -> dict[bytes, Method]:
+        table = {
+            f"/t.S/{name.title()}".encode(): unary(getattr(self, name), name)
+            for name in ("echo", "slow", "big", "fail", "bug")
+        }
+        for name in ("chat", "deaf"):
+            table[f"/t.S/{name.title()}".encode()] = Method(name, True, bytes, getattr(self, name), bytes)
+        return table
+
+
+def run(test: Any) -> None:
+    async def body() -> None:
+        handlers = Handlers()
+        await test(handlers, Peer(handlers.methods()))
+
+    asyncio.run(body())
+
+
+async def still_serving(peer: Peer) -> None:
+    answer = await peer.answer(peer.call(b"/t.S/Echo", framed(b"ping")))
+    assert answer.status() == OK and answer.messages() == [b"ping"]
+
+
+def test_unary_call() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        answer = await peer.answer(peer.call(b"/t.S/Echo", framed(b"hello")))
+        assert dict(answer.headers)[b":status"] == b"200"
+        assert dict(answer.headers)[b"content-type"] == b"application/grpc"
+        assert answer.messages() == [b"hello"]
+        assert answer.trailers == [(b"grpc-status", b"0")]
+
+    run(test)
+
+
+def test_many_calls_on_one_connection_run_concurrently() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        slow = [peer.call(b"/t.S/Slow", framed(b"")) for _ in range(20)]
+        await still_serving(peer)  # answered while the 20 slow calls wait
+        handlers.release.set()
+        for stream_id in slow:
+            assert (await peer.answer(stream_id)).messages() == [b"done"]
+
+    run(test)
+
+
+def test_error_status_and_percent_encoded_message() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        answer = await peer.answer(peer.call(b"/t.S/Fail", framed(b"")))
+        assert answer.status() == NOT_FOUND
+        assert urllib.parse.unquote(answer.message()) == "no model 'é' at 100%"
+        assert answer.data == b""  # trailers-only
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_a_handler_bug_is_unknown_and_the_connection_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        answer = await peer.answer(peer.call(b"/t.S/Bug", framed(b"")))
+        assert answer.status() == UNKNOWN
+        assert "a bug" in urllib.parse.unquote(answer.message())
+        await still_serving(peer)
+
+    run(test)
+    assert caplog.text.count("unhandled error in gRPC call to bug") == 1
+
+
+def test_unknown_method() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        answer = await peer.answer(peer.call(b"/t.S/Nope", framed(b"")))
+        assert answer.status() == UNIMPLEMENTED and answer.message() == "Method not found!"
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_not_a_grpc_request() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        get = peer.start(b"/t.S/Echo", method=b"GET")
+        assert dict((await peer.answer(get)).headers)[b":status"] == b"405"
+        stream_id = peer.h2.get_next_available_stream_id()
+        peer.h2.send_headers(
+            stream_id,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"http"),
+                (b":path", b"/t.S/Echo"),
+                (b":authority", b"t"),
+                (b"content-type", b"application/json"),
+            ],
+        )
+        peer.send()
+        assert dict((await peer.answer(stream_id)).headers)[b":status"] == b"415"
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_a_declared_size_over_the_limit_is_refused_before_it_is_received() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        stream_id = peer.start(b"/t.S/Echo")
+        peer.h2.send_data(stream_id, b"\x00\xff\xff\xff\xff" + b"x" * 1000)  # says 4 GiB follow
+        peer.send()
+        answer = await peer.answer(stream_id)
+        assert answer.status() == RESOURCE_EXHAUSTED
+        assert answer.message().startswith("Received message larger than max (4294967295 vs. 1048576)")
+        assert answer.reset == h2.errors.ErrorCodes.NO_ERROR  # told to stop sending
+        assert not peer.server.calls
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_compressed_requests() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        payload = b"tensor bytes " * 100
+        for encoding, packed in ((b"gzip", gzip.compress(payload)), (b"deflate", zlib.compress(payload))):
+            answer = await peer.answer(
+                peer.call(b"/t.S/Echo", framed(packed, 1), [(b"grpc-encoding", encoding)])
+            )
+            assert answer.status() == OK and answer.messages() == [payload]
+        # A compressed message that would expand past the limit is refused, not inflated.
+        bomb = framed(gzip.compress(b"\0" * (2 << 20)), 1)
+        answer = await peer.answer(peer.call(b"/t.S/Echo", bomb, [(b"grpc-encoding", b"gzip")]))
+        assert answer.status() == RESOURCE_EXHAUSTED
+        answer = await peer.answer(
+            peer.call(b"/t.S/Echo", framed(b"not gzip", 1), [(b"grpc-encoding", b"gzip")])
+        )
+        assert answer.status() == INTERNAL
+        answer = await peer.answer(peer.call(b"/t.S/Echo", framed(b"x", 1)))  # compressed flag, no encoding
+        assert answer.status() == INTERNAL
+        answer = await peer.answer(peer.call(b"/t.S/Echo", framed(b"x"), [(b"grpc-encoding", b"snappy")]))
+        assert answer.status() == UNIMPLEMENTED
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_malformed_bodies() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        cut = await peer.answer(peer.call(b"/t.S/Echo", framed(b"abcdef")[:7]))
+        assert cut.status() == INTERNAL
+        none = await peer.answer(peer.call(b"/t.S/Echo", b""))
+        assert none.status() == UNIMPLEMENTED
+        two = await peer.answer(peer.call(b"/t.S/Echo", framed(b"a") + framed(b"b")))
+        assert two.status() == UNIMPLEMENTED
+        flag = await peer.answer(peer.call(b"/t.S/Echo", framed(b"a", 7)))
+        assert flag.status() == INTERNAL
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_a_stream_reset_mid_message_is_forgotten() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        stream_id = peer.start(b"/t.S/Echo")
+        peer.h2.send_data(stream_id, framed(b"x" * 1000)[:500])
+        peer.send()
+        await peer.settle()
+        assert stream_id in peer.server.calls
+        peer.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        peer.send()
+        await peer.settle()
+        assert not peer.server.calls and not peer.server.unary_messages
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_a_reset_cancels_the_running_handler() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        stream_id = peer.call(b"/t.S/Slow", framed(b""))
+        await peer.settle()
+        peer.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        peer.send()
+        await peer.settle()
+        assert handlers.cancelled == 1
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_deadline() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        answer = await peer.answer(peer.call(b"/t.S/Slow", framed(b""), [(b"grpc-timeout", b"20m")]))
+        assert answer.status() == DEADLINE_EXCEEDED and answer.message() == "Deadline Exceeded"
+        assert handlers.cancelled == 1
+        # A request that never finishes arriving is answered at its deadline too.
+        stream_id = peer.start(b"/t.S/Echo", [(b"grpc-timeout", b"20000u")])
+        answer = await peer.answer(stream_id)
+        assert answer.status() == DEADLINE_EXCEEDED
+        bad = await peer.answer(peer.call(b"/t.S/Echo", framed(b""), [(b"grpc-timeout", b"soon")]))
+        assert bad.status() == INVALID_ARGUMENT
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_metadata_reaches_the_handler() -> None:
+    seen: list[Any] = []
+
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        async def handler(request: bytes, context: Any) -> bytes:
+            seen.append(dict(context.invocation_metadata()))
+            return b""
+
+        peer.server.methods[b"/t.S/Meta"] = Method("meta", False, bytes, handler, bytes)
+        extra = [(b"traceparent", b"00-abc-01"), (b"token-bin", b"AAEC"), (b"grpc-timeout", b"5S")]
+        assert (await peer.answer(peer.call(b"/t.S/Meta", framed(b""), extra))).status() == OK
+
+    run(test)
+    assert seen[0]["traceparent"] == "00-abc-01"
+    assert seen[0]["token-bin"] == b"\x00\x01\x02"
+    assert "grpc-timeout" not in seen[0] and "content-type" not in seen[0]
+
+
+def test_streaming_call() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        stream_id = peer.start(b"/t.S/Chat")
+        for word in (b"a", b"b", b"c"):
+            peer.h2.send_data(stream_id, framed(word))
+            peer.send()
+            await peer.settle()
+        assert peer.answers[stream_id].messages() == [b"A", b"B", b"C"]  # each answered as it came
+        peer.h2.end_stream(stream_id)
+        peer.send()
+        answer = await peer.answer(stream_id)
+        assert answer.status() == OK
+
+    run(test)
+
+
+def test_a_streaming_call_that_does_not_read_holds_its_client_back() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        stream_id = peer.start(b"/t.S/Deaf")
+        message = framed(b"m" * 1000)
+        window = peer.h2.local_flow_control_window(stream_id)
+        sent = 0
+        while peer.h2.local_flow_control_window(stream_id) >= len(message) and sent < 4 * STREAM_INBOX:
+            peer.h2.send_data(stream_id, message)
+            peer.send()
+            await peer.settle(2)
+            sent += 1
+        # Past the inbox, the call's own window was not reopened; the connection's was.
+        assert peer.h2.local_flow_control_window(stream_id) <= window - (sent - STREAM_INBOX) * len(message)
+        assert peer.h2.outbound_flow_control_window >= window - 2 * len(message)
+        await still_serving(peer)
+        handlers.release.set()
+        peer.h2.end_stream(stream_id)
+        peer.send()
+        answer = await peer.answer(stream_id)
+        assert answer.status() == OK and len(handlers.received) == sent
+
+    run(test)
+
+
+def test_a_client_that_does_not_read_gets_no_more_than_its_window() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        stream_id = peer.call(b"/t.S/Big", framed(b"1000000"))
+        peer.reading = False
+        for _ in range(5):
+            await peer.settle()
+            await asyncio.sleep(0.01)
+        # The default window of a client's stream, and no more.
+        assert len(peer.answers[stream_id].data) == 65_535
+        peer.reading = True
+        peer.h2.acknowledge_received_data(65_535, stream_id)
+        answer = await peer.answer(stream_id)
+        assert answer.status() == OK and len(answer.messages()[0]) == 1_000_000
+
+    run(test)
+
+
+def test_a_paused_transport_holds_data_back() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        peer.server.pause_writing()
+        stream_id = peer.call(b"/t.S/Big", framed(b"30000"))
+        await asyncio.sleep(0.01)
+        peer.receive()
+        assert len(peer.answers[stream_id].data) == 0
+        peer.server.resume_writing()
+        assert len((await peer.answer(stream_id)).messages()[0]) == 30000
+
+    run(test)
+
+
+def test_rapid_resets_close_the_connection() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        for _ in range(MAX_RESETS_PER_SECOND + 10):
+            stream_id = peer.start(b"/t.S/Slow")
+            peer.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+            peer.send()
+            if peer.transport.closed:
+                break
+        await peer.settle()
+        assert peer.transport.closed
+        assert peer.goaway is not None and peer.goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+
+    run(test)
+
+
+def test_too_many_open_streams_close_the_connection() -> None:
+    async def body() -> None:
+        handlers = Handlers()
+        peer = Peer(handlers.methods(), handshake=False)  # the client never learns the server's limit
+        for _ in range(1100):
+            peer.start(b"/t.S/Slow")
+            if peer.transport.closed:
+                break
+        await peer.settle()
+        assert peer.transport.closed and peer.goaway is not None
+        assert peer.goaway.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+
+    asyncio.run(body())
+
+
+def test_an_oversized_header_block_closes_the_connection() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        peer.start(b"/t.S/Echo", [(b"x-big", b"v" * 40_000)])
+        await peer.settle()
+        assert peer.transport.closed and peer.goaway is not None
+
+    run(test)
+
+
+def test_malformed_frames_close_the_connection() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        # A DATA frame on stream 0 (a connection error), then bytes that are not frames at all.
+        peer.server.data_received(b"\x00\x00\x04\x00\x00\x00\x00\x00\x00abcd" + b"\xff" * 64)
+        await peer.settle()
+        assert peer.transport.closed
+        assert peer.goaway is not None and peer.goaway.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+
+    run(test)
+
+
+def test_go_away_lets_calls_in_flight_finish_and_refuses_new_ones() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        slow = peer.call(b"/t.S/Slow", framed(b""))
+        await peer.settle()
+        drained = asyncio.create_task(peer.server.drain(5.0))
+        await asyncio.sleep(0)
+        # h2 as a client takes no frame after a GOAWAY, so it is read here and kept from the client.
+        (goaway,) = frames(peer.transport.written)
+        peer.transport.written.clear()
+        assert isinstance(goaway, GoAwayFrame) and goaway.last_stream_id == slow
+        late = peer.call(b"/t.S/Echo", framed(b""))  # sent before the client saw the GOAWAY
+        assert (await peer.answer(late)).reset == h2.errors.ErrorCodes.REFUSED_STREAM
+        handlers.release.set()
+        assert (await peer.answer(slow)).messages() == [b"done"]
+        assert await drained
+
+    run(test)
+
+
+def frames(data: bytearray) -> list[Frame]:
+    out = []
+    while data:
+        frame, length = Frame.parse_frame_header(memoryview(data[:9]))
+        frame.parse_body(memoryview(data[9 : 9 + length]))
+        out.append(frame)
+        data = data[9 + length :]
+    return out
+
+
+def test_connection_lost_cancels_calls() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        peer.call(b"/t.S/Slow", framed(b""))
+        await peer.settle()
+        peer.server.connection_lost(None)
+        await peer.settle()
+        assert handlers.cancelled == 1 and not peer.server.calls
+
+    run(test)
