@@ -36,13 +36,17 @@ class AbortError(Exception):
 class CallContext:
     """The part of `grpc.aio.ServicerContext` the services use: metadata in, abort out."""
 
-    __slots__ = ("metadata",)
+    __slots__ = ("_metadata", "headers")
 
-    def __init__(self, metadata: tuple[tuple[str, str | bytes], ...]) -> None:
-        self.metadata = metadata
+    def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
+        self.headers = headers
+        self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
-        return self.metadata
+        # Built when asked for: most calls never look (ModelInfer does only when it is traced).
+        if self._metadata is None:
+            self._metadata = call_metadata(self.headers)
+        return self._metadata
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
         raise AbortError(code, details)
