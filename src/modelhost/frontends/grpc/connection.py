@@ -84,6 +84,7 @@ class _Call:
         "inbox",
         "method",
         "reader",
+        "received",
         "remote_ended",
         "task",
         "unacknowledged",
@@ -100,6 +101,7 @@ class _Call:
         self.deadline_expired = False
         # Streaming calls: messages received and not read yet (None: the client finished sending).
         self.inbox: collections.deque[bytes | None] | None = None
+        self.received = 0  # bytes received since this call's window was last reopened
         self.unacknowledged = 0  # bytes received and held back from the client's window
         self.remote_ended = False  # the client has sent END_STREAM
 
@@ -126,6 +128,7 @@ class GrpcConnection(asyncio.Protocol):
         self.closed = False
         self.going_away = False  # GOAWAY sent: no new calls
         self.resets: collections.deque[float] = collections.deque()
+        self.received = 0  # bytes received since the connection's window was last reopened
         self.idle = asyncio.Event()
         self.idle.set()
         self._dispatch: dict[type[h2.events.Event], Any] = {
@@ -242,20 +245,19 @@ class GrpcConnection(asyncio.Protocol):
     def _data_received(self, event: h2.events.DataReceived) -> None:
         stream_id = event.stream_id
         size = event.flow_controlled_length
+        self._acknowledge_connection(size)
         call = self.calls.get(stream_id)
-        if call is None:  # answered or reset already: the bytes only count against the windows
-            self._acknowledge(stream_id, size)
+        if call is None:  # answered or reset already: the bytes only count against the connection's window
             return
         try:
             messages = call.reader.feed(event.data)
         except AbortError as e:
             log.info("gRPC call to %s refused: %s", call.method.name, e.message)
-            self._acknowledge(stream_id, size)
             self._fail_early(call, e)
             return
         inbox = call.inbox
         if inbox is None:  # unary: one message
-            self._acknowledge(stream_id, size)
+            self._acknowledge_stream(call, size)
             if messages:
                 if stream_id in self.unary_messages or len(messages) > 1:
                     self._fail_early(
@@ -266,9 +268,8 @@ class GrpcConnection(asyncio.Protocol):
             return
         inbox.extend(messages)
         if len(inbox) < STREAM_INBOX and not call.unacknowledged:
-            self._acknowledge(stream_id, size)
-        elif size:  # held back from this call's window only: the connection's other calls go on
-            self.h2.increment_flow_control_window(size)
+            self._acknowledge_stream(call, size)
+        else:  # held back from this call's window only: the connection's other calls go on
             call.unacknowledged += size
         self._wake_inbox(stream_id)
 
@@ -502,12 +503,21 @@ class GrpcConnection(asyncio.Protocol):
         with contextlib.suppress(h2.exceptions.H2Error):
             self.h2.reset_stream(stream_id, code)
 
-    def _acknowledge(self, stream_id: int, size: int) -> None:
-        if size:
-            try:
-                self.h2.acknowledge_received_data(size, stream_id)
-            except h2.exceptions.H2Error:  # the stream is closed: open the connection window alone
-                self.h2.increment_flow_control_window(size)
+    def _acknowledge_connection(self, size: int) -> None:
+        """Bytes received count against the connection's window until half of it is used, then reopen it at once
+        (one WINDOW_UPDATE, not one per DATA frame)."""
+        self.received += size
+        if self.received >= INITIAL_WINDOW // 2:
+            self.h2.increment_flow_control_window(self.received)
+            self.received = 0
+
+    def _acknowledge_stream(self, call: _Call, size: int) -> None:
+        """The same for a call's own window: only a call that receives more than half of it ever needs an update."""
+        call.received += size
+        if call.received >= INITIAL_WINDOW // 2:
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self.h2.increment_flow_control_window(call.received, call.id)
+            call.received = 0
 
     def _forget(self, call: _Call) -> None:
         if self.calls.pop(call.id, None) is not None and call.deadline is not None:
