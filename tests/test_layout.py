@@ -77,4 +77,3 @@ def test_no_import_cycles() -> None:
     modules = _modules()
     graph = {name: _imports(ast.parse(path.read_text()), modules) - {name} for name, path in modules.items()}
     assert _cycles(graph) == []
-

@@ -46,7 +46,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("log") / "server.log"
-    with running_server([repo], log, "--frontend-processes=2", f"--frontend-buffer-byte-size={BUFFER}") as running:
+    with running_server(
+        [repo], log, "--frontend-processes=2", f"--frontend-buffer-byte-size={BUFFER}"
+    ) as running:
         yield running
 
 
@@ -121,7 +123,9 @@ def infer_body(values: int = 4, delay_ms: int = 0) -> bytes:
     ).encode()
 
 
-def post(connection: http.client.HTTPConnection, body: bytes, model: str = "identity_delay") -> tuple[int, bytes]:
+def post(
+    connection: http.client.HTTPConnection, body: bytes, model: str = "identity_delay"
+) -> tuple[int, bytes]:
     connection.request("POST", f"/v2/models/{model}/infer", body)
     response = connection.getresponse()
     return response.status, response.read()
@@ -150,7 +154,9 @@ def connections_on_two_frontends(server: RunningServer) -> tuple[http.client.HTT
 def stats(server: RunningServer, model: str) -> dict[str, object]:
     client = httpclient.InferenceServerClient(server.http_url)
     try:
-        result: dict[str, object] = client.get_inference_statistics(model)["model_stats"][0]["inference_stats"]
+        result: dict[str, object] = client.get_inference_statistics(model)["model_stats"][0][
+            "inference_stats"
+        ]
         return result
     finally:
         client.close()

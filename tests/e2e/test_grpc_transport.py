@@ -113,6 +113,18 @@ def test_a_protobuf_that_does_not_parse(
     still_serving(client)
 
 
+def test_a_stream_message_that_does_not_parse(
+    server: RunningServer, client: grpcclient.InferenceServerClient
+) -> None:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        with pytest.raises(grpc.RpcError) as e:
+            list(call(iter([b"\xff\xff\xff"]), timeout=10))
+    assert e.value.code() == grpc.StatusCode.INTERNAL
+    assert "failed to parse the request message" in (e.value.details() or "")
+    still_serving(client)
+
+
 class RawClient:
     """An HTTP/2 client on a plain socket, for what a well-behaved gRPC client never sends."""
 

@@ -96,7 +96,9 @@ def test_an_undecodable_frame_closes_the_link() -> None:
 
 
 def test_a_forwarded_http_call_keeps_its_body_and_headers() -> None:
-    call = HttpCall(7, "POST", "/v2/repository/index", "a=1", {"content-type": "x"}, memoryview(b"{}"), False, 5)
+    call = HttpCall(
+        7, "POST", "/v2/repository/index", "a=1", {"content-type": "x"}, memoryview(b"{}"), False, 5
+    )
     receiver = Collecting()
     receiver.data_received(asyncio.run(sent_bytes(call)))
     (message,) = receiver.messages

@@ -27,6 +27,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from hyperframe.frame import GoAwayFrame
 
 from modelhost.frontends.grpc.calls import (
@@ -401,7 +402,7 @@ class GrpcConnection(asyncio.Protocol):
             self._finish(call, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
 
     def _failed(self, call: _Call, e: Exception) -> None:
-        if type(e).__name__ == "DecodeError":
+        if isinstance(e, DecodeError):
             log.info("gRPC call to %s: failed to parse the request message: %s", call.method.name, e)
             self._finish(call, grpc.StatusCode.INTERNAL, f"failed to parse the request message: {e}")
             return

@@ -16,7 +16,7 @@ from tritonclient.grpc import service_pb2
 
 from modelhost.devices import gpu_count
 from modelhost.errors import DecoupledModel, InvalidArgument, ModelhostError, NotFound, Unsupported
-from modelhost.frontends.grpc.calls import CallContext
+from modelhost.frontends.grpc.calls import AbortError, CallContext
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
@@ -247,11 +247,15 @@ class GrpcService:
                     self.server.tracer.finish(trace)
 
         async def read() -> None:
-            async for request in request_iterator:
-                await window.acquire()
-                task = asyncio.create_task(run(request))
-                running.add(task)
-                task.add_done_callback(running.discard)
+            try:
+                async for request in request_iterator:
+                    await window.acquire()
+                    task = asyncio.create_task(run(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+            except AbortError as e:  # a request message that does not parse: the stream ends with its status
+                answers.put_nowait((e, True))
+                return
             while running:
                 await asyncio.gather(*list(running))
             answers.put_nowait(None)
@@ -260,6 +264,8 @@ class GrpcService:
         try:
             while (entry := await answers.get()) is not None:
                 item, last = entry
+                if isinstance(item, AbortError):
+                    raise item
                 if isinstance(item, ModelhostError):
                     if errors_as_status:
                         await context.abort(item.grpc_code, str(item))
