@@ -18,6 +18,7 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import grpc
@@ -79,7 +80,6 @@ class _Call:
     __slots__ = (
         "context",
         "deadline",
-        "deadline_expired",
         "headers_sent",
         "id",
         "inbox",
@@ -99,7 +99,6 @@ class _Call:
         self.task: asyncio.Task[None] | None = None
         self.headers_sent = False
         self.deadline: asyncio.TimerHandle | None = None
-        self.deadline_expired = False
         # Streaming calls: messages received and not read yet (None: the client finished sending).
         self.inbox: collections.deque[bytes | None] | None = None
         self.received = 0  # bytes received since this call's window was last reopened
@@ -241,7 +240,7 @@ class GrpcConnection(asyncio.Protocol):
             call.deadline = self.loop.call_later(seconds, self._deadline_expired, call)
         if method.streaming:
             call.inbox = collections.deque()
-            call.task = self.loop.create_task(self._run_streaming(call))
+            call.task = self.loop.create_task(self._run(call, self._streaming))
 
     def _data_received(self, event: h2.events.DataReceived) -> None:
         stream_id = event.stream_id
@@ -292,7 +291,7 @@ class GrpcConnection(asyncio.Protocol):
         if message is None:
             self._fail_early(call, AbortError(grpc.StatusCode.UNIMPLEMENTED, "No request message"))
             return
-        call.task = self.loop.create_task(self._run_unary(call, message))
+        call.task = self.loop.create_task(self._run(call, self._unary, message))
 
     def _stream_reset(self, event: h2.events.StreamReset) -> None:
         now = time.monotonic()
@@ -321,51 +320,40 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- running calls -----------------------------------------------------------------------------------------
 
-    async def _run_unary(self, call: _Call, message: bytes) -> None:
-        method = call.method
+    async def _run(self, call: _Call, body: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run a call's body and end the call with the status it came to."""
         try:
-            request = method.decode(message)
-            # Only the answer stays referenced while it waits for the client's window (no request, no message).
-            del message
-            response = await method.handler(request, call.context)
-            del request
-            data = frame_message(method.encode(response))
-            del response
+            await body(call, *args)
         except AbortError as e:
             self._finish(call, e.code, e.message)
-            return
         except asyncio.CancelledError:
             self._cancelled(call)
-            return
         except Exception as e:  # protobuf DecodeError and handler bugs: the call fails, the server serves on
             self._failed(call, e)
-            return
-        if call.id not in self.calls:
-            return
-        if not call.headers_sent:
-            self._send_headers(call)
-        await self._send(call, data)
-        self._finish(call, grpc.StatusCode.OK, "")
+        else:
+            self._finish(call, grpc.StatusCode.OK, "")  # nothing to do if it was reset meanwhile
 
-    async def _run_streaming(self, call: _Call) -> None:
+    async def _unary(self, call: _Call, message: bytes) -> None:
         method = call.method
-        try:
-            async for response in method.handler(self._requests(call), call.context):
-                if call.id not in self.calls:
-                    return
-                if not call.headers_sent:
-                    self._send_headers(call)
-                await self._send(call, frame_message(method.encode(response)))
-        except AbortError as e:
-            self._finish(call, e.code, e.message)
-            return
-        except asyncio.CancelledError:
-            self._cancelled(call)
-            return
-        except Exception as e:
-            self._failed(call, e)
-            return
-        self._finish(call, grpc.StatusCode.OK, "")
+        request = method.decode(message)
+        # Only the answer stays referenced while it waits for the client's window (no request, no message).
+        del message
+        response = await method.handler(request, call.context)
+        del request
+        data = frame_message(method.encode(response))
+        del response
+        if call.id in self.calls:
+            self._send_headers(call)
+            await self._send(call, data)
+
+    async def _streaming(self, call: _Call) -> None:
+        method = call.method
+        async for response in method.handler(self._requests(call), call.context):
+            if call.id not in self.calls:
+                return
+            if not call.headers_sent:
+                self._send_headers(call)
+            await self._send(call, frame_message(method.encode(response)))
 
     async def _requests(self, call: _Call) -> Any:
         """A streaming call's request messages, decoded, as its handler reads them."""
@@ -396,10 +384,8 @@ class GrpcConnection(asyncio.Protocol):
             yield request
 
     def _cancelled(self, call: _Call) -> None:
-        if call.deadline_expired:
-            self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-        elif call.id in self.calls:  # the server is stopping
-            self._finish(call, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+        # A reset, a deadline or a lost connection has already ended the call; anything else is the server stopping.
+        self._finish(call, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
 
     def _failed(self, call: _Call, e: Exception) -> None:
         if isinstance(e, DecodeError):
@@ -410,11 +396,10 @@ class GrpcConnection(asyncio.Protocol):
         self._finish(call, grpc.StatusCode.UNKNOWN, f"Unexpected error in {call.method.name}: {e}")
 
     def _deadline_expired(self, call: _Call) -> None:
-        call.deadline_expired = True
+        # Answered here, whether its handler runs or its request is still arriving; the handler is then cancelled.
+        self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         if call.task is not None:
-            call.task.cancel()  # answered from the task, as it unwinds
-        else:  # still receiving its request
-            self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            call.task.cancel()
 
     # -- sending -----------------------------------------------------------------------------------------------
 
