@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from e2e.models import add_identity, add_slow
 from e2e.server_process import RunningServer, running_server, start_server
+from frontends.grpc.peer import request_headers
 
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
 
@@ -142,15 +143,7 @@ class RawClient:
 
     def start(self, path: bytes = INFER) -> int:
         stream_id = self.h2.get_next_available_stream_id()
-        headers = [
-            (b":method", b"POST"),
-            (b":scheme", b"http"),
-            (b":path", path),
-            (b":authority", b"x"),
-            (b"content-type", b"application/grpc"),
-            (b"te", b"trailers"),
-        ]
-        self.h2.send_headers(stream_id, headers)
+        self.h2.send_headers(stream_id, request_headers(path))
         return stream_id
 
     def send_message(self, stream_id: int, data: bytes) -> None:

@@ -75,6 +75,21 @@ def unary(handler: Callable[[bytes], Awaitable[bytes]], name: str = "M") -> Meth
     return Method(name=name, streaming=False, decode=bytes, handler=run, encode=bytes)
 
 
+def request_headers(
+    path: bytes, method: bytes = b"POST", extra: list[tuple[bytes, bytes]] | None = None
+) -> list[tuple[bytes, bytes]]:
+    """The headers a gRPC client opens a call with."""
+    return [
+        (b":method", method),
+        (b":scheme", b"http"),
+        (b":path", path),
+        (b":authority", b"test"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        *(extra or []),
+    ]
+
+
 def framed(payload: bytes, flag: int = 0) -> bytes:
     return bytes([flag]) + len(payload).to_bytes(4, "big") + payload
 
@@ -131,16 +146,7 @@ class Peer:
         self, path: bytes, extra: list[tuple[bytes, bytes]] | None = None, method: bytes = b"POST"
     ) -> int:
         stream_id = self.h2.get_next_available_stream_id()
-        headers = [
-            (b":method", method),
-            (b":scheme", b"http"),
-            (b":path", path),
-            (b":authority", b"test"),
-            (b"content-type", b"application/grpc"),
-            (b"te", b"trailers"),
-            *(extra or []),
-        ]
-        self.h2.send_headers(stream_id, headers)
+        self.h2.send_headers(stream_id, request_headers(path, method, extra))
         self.send()
         return stream_id
 

@@ -83,9 +83,9 @@ def status_trailers(code: grpc.StatusCode, message: str) -> list[tuple[bytes, by
     return trailers
 
 
-def frame_message(payload: bytes) -> bytes:
-    """One uncompressed message as it goes on the wire."""
-    return b"\x00" + len(payload).to_bytes(4, "big") + payload
+def message_prefix(size: int) -> bytes:
+    """What goes before an uncompressed message of `size` bytes on the wire."""
+    return b"\x00" + size.to_bytes(4, "big")
 
 
 class MessageReader:

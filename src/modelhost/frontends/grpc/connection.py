@@ -36,7 +36,7 @@ from modelhost.frontends.grpc.calls import (
     AbortError,
     CallContext,
     MessageReader,
-    frame_message,
+    message_prefix,
     parse_timeout,
     status_trailers,
 )
@@ -83,6 +83,7 @@ class _Call:
         "headers_sent",
         "id",
         "inbox",
+        "message",
         "method",
         "reader",
         "received",
@@ -104,6 +105,7 @@ class _Call:
         self.received = 0  # bytes received since this call's window was last reopened
         self.unacknowledged = 0  # bytes received and held back from the client's window
         self.remote_ended = False  # the client has sent END_STREAM
+        self.message: bytes | None = None  # a unary call's request, once it has arrived
 
 
 class GrpcConnection(asyncio.Protocol):
@@ -118,7 +120,6 @@ class GrpcConnection(asyncio.Protocol):
         self.h2.decoder = CachingDecoder(MAX_HEADER_LIST_SIZE)
         self.transport: asyncio.Transport | None = None
         self.calls: dict[int, _Call] = {}
-        self.unary_messages: dict[int, bytes] = {}
         self.loop = asyncio.get_running_loop()
         self.flush_scheduled = False
         self.can_write = asyncio.Event()
@@ -259,12 +260,12 @@ class GrpcConnection(asyncio.Protocol):
         if inbox is None:  # unary: one message
             self._acknowledge_stream(call, size)
             if messages:
-                if stream_id in self.unary_messages or len(messages) > 1:
+                if call.message is not None or len(messages) > 1:
                     self._fail_early(
                         call, AbortError(grpc.StatusCode.UNIMPLEMENTED, "More than one request message")
                     )
                     return
-                self.unary_messages[stream_id] = messages[0]
+                call.message = messages[0]
             return
         inbox.extend(messages)
         if len(inbox) < STREAM_INBOX and not call.unacknowledged:
@@ -287,7 +288,7 @@ class GrpcConnection(asyncio.Protocol):
             call.inbox.append(None)
             self._wake_inbox(call.id)
             return
-        message = self.unary_messages.pop(call.id, None)
+        message, call.message = call.message, None
         if message is None:
             self._fail_early(call, AbortError(grpc.StatusCode.UNIMPLEMENTED, "No request message"))
             return
@@ -340,11 +341,11 @@ class GrpcConnection(asyncio.Protocol):
         del message
         response = await method.handler(request, call.context)
         del request
-        data = frame_message(method.encode(response))
+        payload = method.encode(response)
         del response
         if call.id in self.calls:
             self._send_headers(call)
-            await self._send(call, data)
+            await self._send(call, payload)
 
     async def _streaming(self, call: _Call) -> None:
         method = call.method
@@ -353,7 +354,7 @@ class GrpcConnection(asyncio.Protocol):
                 return
             if not call.headers_sent:
                 self._send_headers(call)
-            await self._send(call, frame_message(method.encode(response)))
+            await self._send(call, method.encode(response))
 
     async def _requests(self, call: _Call) -> Any:
         """A streaming call's request messages, decoded, as its handler reads them."""
@@ -411,10 +412,15 @@ class GrpcConnection(asyncio.Protocol):
             pass  # reset or connection gone; the call is dropped below
         self._schedule_flush()
 
-    async def _send(self, call: _Call, data: bytes) -> None:
-        """DATA of one message, as the peer's window and the transport allow."""
+    async def _send(self, call: _Call, payload: bytes) -> None:
+        """One message as DATA (its 5-byte prefix, then the payload), as the peer's window and the transport allow.
+
+        Each frame takes its slice of the payload: a large answer is not first copied whole behind its prefix.
+        """
         h2c = self.h2
-        offset, total = 0, len(data)
+        prefix = message_prefix(len(payload))
+        view = memoryview(payload)
+        offset, total = 0, 5 + len(payload)  # offsets in the message with its prefix
         while offset < total:
             if self.closed or call.id not in self.calls:
                 return
@@ -431,8 +437,13 @@ class GrpcConnection(asyncio.Protocol):
                 await waiter
                 continue
             size = min(window, h2c.max_outbound_frame_size, total - offset)
+            if offset < 5:  # the frame that carries (the rest of) the prefix
+                head = prefix[offset : offset + size]
+                chunk: bytes | memoryview = head + view[: size - len(head)]
+            else:
+                chunk = view[offset - 5 : offset - 5 + size]
             try:
-                h2c.send_data(call.id, data if size == total else data[offset : offset + size])
+                h2c.send_data(call.id, chunk)
             except h2.exceptions.H2Error:
                 return
             offset += size
@@ -508,7 +519,6 @@ class GrpcConnection(asyncio.Protocol):
     def _forget(self, call: _Call) -> None:
         if self.calls.pop(call.id, None) is not None and call.deadline is not None:
             call.deadline.cancel()
-        self.unary_messages.pop(call.id, None)
         if not self.calls:
             self.idle.set()
 
