@@ -104,6 +104,12 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "cache_config": [],
         "frontend_processes": 0,
         "frontend_buffer_byte_size": 1 << 28,
+        "model_memory_budget": None,
+        "model_load_on_demand": False,
+        "model_idle_unload_secs": 0,
+        "allow_sagemaker": False,
+        "sagemaker_port": 8080,
+        "sagemaker_safe_port_range": None,
     }
 
 
@@ -167,9 +173,20 @@ HONOURED_SAMPLES = {
     "response-cache-byte-size": "2048",
     "frontend-processes": "2",
     "frontend-buffer-byte-size": "4096",
+    "model-memory-budget": "512MiB",
+    "model-load-on-demand": "true",
+    "model-idle-unload-secs": "60",
+    "allow-sagemaker": "true",
+    "sagemaker-port": "9080",
+    "sagemaker-safe-port-range": "8000-9002",
 }
 # Flags that are only valid together with another one.
-PREREQUISITES = {"load-model": ["--model-control-mode=explicit"]}
+PREREQUISITES = {
+    "load-model": ["--model-control-mode=explicit"],
+    "model-load-on-demand": ["--model-control-mode=explicit"],
+    "model-idle-unload-secs": ["--model-control-mode=explicit"],
+    "sagemaker-safe-port-range": ["--allow-sagemaker=true"],
+}
 
 
 @pytest.mark.parametrize("flag", HONOURED, ids=lambda f: f.name)
@@ -524,6 +541,7 @@ def test_refused_flag_with_the_value_modelhost_honours_anyway_is_accepted(flag: 
     [
         ["--rate-limit", "OFF"],
         ["--allow-sagemaker=0", "--allow-vertex-ai=off", "--allow-client-shm=FALSE"],
+        ["--log-verbose=false"],
         ["--model-namespacing=off", "--reuse-http-port=0", "--grpc-use-ssl=false"],
         ["--grpc-keepalive-time=7200000"],
     ],
@@ -586,7 +604,13 @@ response-cache-byte-size trace-file trace-level trace-rate trace-count trace-log
 
 
 # Flags of modelhost's own, beyond tritonserver's.
-MODELHOST_FLAGS = ["frontend-processes", "frontend-buffer-byte-size"]
+MODELHOST_FLAGS = [
+    "frontend-processes",
+    "frontend-buffer-byte-size",
+    "model-memory-budget",
+    "model-load-on-demand",
+    "model-idle-unload-secs",
+]
 
 
 def test_every_tritonserver_flag_is_known() -> None:
@@ -714,3 +738,59 @@ def test_frontend_processes_refuses_what_is_not_a_count(value: str) -> None:
 def test_frontend_buffer_must_hold_something() -> None:
     with pytest.raises(CliError, match="--frontend-buffer-byte-size must be 1 or more"):
         parse_serve_args(["--frontend-buffer-byte-size=0"])
+
+
+# --- The memory budget, on-demand loading and the SageMaker listener
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("1024", 1024), ("512MiB", 512 << 20), ("4GB", 4 * 10**9), ("1.5 GiB", 3 << 29), ("2k", 2000)],
+)
+def test_memory_budget_sizes(text: str, size: int) -> None:
+    assert parse_serve_args([f"--model-memory-budget={text}"]).model_memory_budget == size
+
+
+def test_memory_budget_as_a_percentage_of_ram() -> None:
+    from modelhost.model_memory import total_ram
+
+    budget = parse_serve_args(["--model-memory-budget=50%"]).model_memory_budget
+    assert budget == total_ram() // 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lots", "'lots' is not a size"),
+        ("0", "must be more than 0 bytes"),
+        ("150%", "at most 100"),
+        ("5 parsecs", "unknown unit 'parsecs'"),
+    ],
+)
+def test_bad_memory_budget_is_refused(text: str, message: str) -> None:
+    with pytest.raises(CliError, match=re.escape(message)):
+        parse_serve_args([f"--model-memory-budget={text}"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model-load-on-demand=true"], "--model-load-on-demand=true requires --model-control-mode=explicit"),
+        (["--model-idle-unload-secs=5"], "--model-idle-unload-secs requires --model-control-mode=explicit"),
+        (
+            ["--allow-sagemaker=true", "--sagemaker-safe-port-range=9000-9100"],
+            "--http-port 8000 is outside --sagemaker-safe-port-range 9000-9100",
+        ),
+        (["--allow-sagemaker=true", "--sagemaker-safe-port-range=90"], "format is '<low>-<high>'"),
+        (["--allow-sagemaker=true", "--sagemaker-port=8000"], "HTTP requests and SageMaker requests"),
+        (["--log-verbose=maybe"], "invalid integer value"),
+    ],
+)
+def test_memory_and_sagemaker_flag_problems(argv: list[str], message: str) -> None:
+    with pytest.raises(CliError, match=re.escape(message)):
+        parse_serve_args(argv)
+
+
+def test_log_verbose_takes_true_and_false_as_tritonserver_does() -> None:
+    assert parse_serve_args(["--log-verbose=true"]).log_verbose == 1
+    assert parse_serve_args(["--log-verbose=false"]).log_verbose == 0

@@ -16,6 +16,8 @@ from modelhost.devices import gpu_count
 from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.frontends.sagemaker.routes import SageMakerRoutes
+from modelhost.frontends.sagemaker.settings import SageMakerSettings, SageMakerSettingsError
 from modelhost.gpu_memory import GpuMemory
 from modelhost.gpu_memory import startup_notes as gpu_memory_notes
 from modelhost.log_settings import LogSettings
@@ -97,7 +99,8 @@ def _listen_addresses(bound: asyncio.Server) -> str:
 async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> int:
     try:
         repos = [open_repository(url) for url in options.model_repositories]
-    except RepositoryError as e:
+        sagemaker = SageMakerSettings.from_environ() if options.allow_sagemaker else None
+    except (RepositoryError, SageMakerSettingsError) as e:
         log.error("%s", e)
         return 1
     gpus = gpu_count()
@@ -114,6 +117,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         load_retries=options.model_load_retry_count,
         rate_limiter=_rate_limiter(options),
         response_cache=cache_settings is not None,
+        memory_budget=options.model_memory_budget,
+        load_on_demand=options.model_load_on_demand,
     )
     mode = options.model_control_mode
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions
@@ -141,6 +146,12 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         log.info("Rate limiter on (--rate-limit=execution_count): %d resources in use", len(rows))
         if rows:
             log.info("\n%s", log_table(["Resource", "Device", "Count"], rows))
+    if options.model_memory_budget is not None:
+        log.info(
+            "model memory budget: %d bytes, %d taken by the models loaded at startup",
+            options.model_memory_budget,
+            registry.memory_in_use(),
+        )
     if options.exit_on_error and not registry.all_ready():
         log.error("failed to load all models; exiting (--exit-on-error=true)")
         await asyncio.to_thread(server.close)  # blocking: python models finalize in their processes
@@ -152,6 +163,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     metrics_server: asyncio.Server | None = None
     metrics_pollers: list[asyncio.Task[None]] = []  # CPU / GPU families, every --metrics-interval-ms
     grpc_server: GrpcServer | None = None
+    sagemaker_server: asyncio.Server | None = None
     try:
         if options.allow_http and options.frontend_processes > 0:
             frontends = Frontends(options, server)
@@ -167,6 +179,14 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             grpc_server = GrpcServer(server)
             grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port)
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
+        if sagemaker is not None:
+            # Served by this (the engine) process in every mode: its model API changes the registry.
+            sagemaker_routes = SageMakerRoutes(server, HttpRoutes(server, options.http_max_input_size), sagemaker)
+            sagemaker_server, sagemaker_connections = await start_http_server(
+                sagemaker_routes, options.http_address, options.sagemaker_port, options.http_max_input_size
+            )
+            connections |= sagemaker_connections
+            log.info("Started Sagemaker HTTPService at %s", _listen_addresses(sagemaker_server))
         if options.allow_metrics:
             polled, metrics_pollers = start_polled_metrics(options)
             if server.response_cache is not None:
@@ -181,7 +201,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
     except (OSError, FrontendStartError) as e:
         log.error("failed to start the server: %s", e)
-        await _stop(server, http_server, connections, frontends, metrics_server, grpc_server, 0)
+        await _stop(server, [http_server, sagemaker_server], connections, frontends, metrics_server, grpc_server, 0)
         return 1
 
     stop = asyncio.Event()
@@ -192,6 +212,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     poller: asyncio.Task[None] | None = None
     if mode == "poll" and options.repository_poll_secs > 0:
         poller = asyncio.create_task(registry.poll_forever(options.repository_poll_secs))
+    elif options.model_idle_unload_secs > 0:
+        poller = asyncio.create_task(registry.unload_idle_forever(options.model_idle_unload_secs))
     failure_watch: asyncio.Task[None] | None = None
     if frontends is not None and frontends.supervisor is not None:
         # Frontends that cannot be kept running stop the server.
@@ -216,7 +238,13 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         server.in_flight,
     )
     drained = await _stop(
-        server, http_server, connections, frontends, metrics_server, grpc_server, options.exit_timeout_secs
+        server,
+        [http_server, sagemaker_server],
+        connections,
+        frontends,
+        metrics_server,
+        grpc_server,
+        options.exit_timeout_secs,
     )
     if frontends is not None and frontends.supervisor is not None and frontends.supervisor.failed.is_set():
         return 1
@@ -225,7 +253,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
 
 async def _stop(
     server: Server,
-    http_server: asyncio.Server | None,
+    http_servers: list[asyncio.Server | None],
     connections: set[HttpProtocol],
     frontends: Frontends | None,
     metrics_server: asyncio.Server | None,
@@ -233,8 +261,9 @@ async def _stop(
     timeout: float,
 ) -> bool:
     """Stop serving; False when requests were still running at the timeout."""
-    if http_server is not None:
-        http_server.close()  # stop accepting; open connections finish what they have
+    for http_server in http_servers:
+        if http_server is not None:
+            http_server.close()  # stop accepting; open connections finish what they have
     if grpc_server is not None:
         grpc_server.stop_accepting()
     if frontends is not None:

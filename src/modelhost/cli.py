@@ -186,6 +186,13 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("load-model", "str", "", REPOSITORY,
               "Model to load at startup (explicit mode only); repeatable; '*' loads every model.",
               repeatable=True, metavar="<name>"),
+    _honoured("model-load-on-demand", "bool", "false", REPOSITORY,
+              "modelhost only (explicit mode): an inference request for a model of the repositories that is "
+              "not loaded loads it, then is served; concurrent requests wait for the one load.",
+              field="model_load_on_demand"),
+    _honoured("model-idle-unload-secs", "int", "0", REPOSITORY,
+              "modelhost only (explicit mode): unload models no request used for this many seconds (0: never; "
+              "never those named by --load-model).", field="model_idle_unload_secs"),
     _honoured("model-load-thread-count", "int", "4", REPOSITORY,
               "Number of model versions loaded concurrently.", field="model_load_thread_count"),
     _honoured("model-load-retry-count", "int", "0", REPOSITORY,
@@ -363,6 +370,11 @@ FLAGS: tuple[Flag, ...] = (
              "Least CUDA compute capability of the GPUs used.", _NO_GPU),
     _ignored("buffer-manager-thread-count", "int", "0", MEMORY,
              "Threads for tensor copies.", "modelhost copies tensors in the threads that use them"),
+    _honoured("model-memory-budget", "str", "", MEMORY,
+              "modelhost only: bytes the loaded models may take together in host memory (512MiB, 4GB, or a "
+              "percentage of RAM such as 60%). Loads past it first unload idle models, least recently used "
+              "first (explicit mode; never those named by --load-model); a load that still does not fit "
+              "fails (507 / RESOURCE_EXHAUSTED). See docs/model-memory.md.", metavar="<size>"),
     _refused("host-policy", "str", "", MEMORY,
              "A host policy setting (numa-node, cpu-cores); repeatable.",
              "host policies are not implemented yet", repeatable=True,
@@ -372,13 +384,14 @@ FLAGS: tuple[Flag, ...] = (
               "its GPU's memory is in use; repeatable. No effect on a host without a GPU.",
               repeatable=True, metavar="<gpu>:<fraction>"),
     # SageMaker
-    _refused("allow-sagemaker", "bool", "false", SAGEMAKER, "Serve the SageMaker API.",
-             "the SageMaker API comes in a later release", accepted=("false",)),
-    _refused("sagemaker-port", "int", "8080", SAGEMAKER, "Port of the SageMaker API.",
-             "the SageMaker API comes in a later release"),
-    _refused("sagemaker-safe-port-range", "str", "", SAGEMAKER,
-             "Ports allowed for the endpoints other than SageMaker's.",
-             "the SageMaker API comes in a later release", metavar="<low>-<high>"),
+    _honoured("allow-sagemaker", "bool", "false", SAGEMAKER,
+              "Serve the SageMaker API (/ping, /invocations, and the multi-model /models routes) on "
+              "--sagemaker-port. See docs/sagemaker.md.", field="allow_sagemaker"),
+    _honoured("sagemaker-port", "int", "8080", SAGEMAKER, "Port of the SageMaker API; 0 picks a free port.",
+              field="sagemaker_port"),
+    _honoured("sagemaker-safe-port-range", "str", "", SAGEMAKER,
+              "Ports the listeners other than SageMaker's must use (with --allow-sagemaker=true): startup "
+              "fails when one is outside.", metavar="<low>-<high>"),
     _ignored("sagemaker-thread-count", "int", "8", SAGEMAKER,
              "Number of threads serving SageMaker.", _NO_THREAD_POOL),
     # Vertex AI
@@ -423,6 +436,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: list[str]) -> int:
     if args and args[0] == "serve":
         return _serve(args[1:])
+    if args and args[0] == "sagemaker":
+        from modelhost.sagemaker_entry import main as sagemaker_main  # the SageMaker container's `serve`
+
+        return sagemaker_main(args[1:], lambda serve_args: _main(["serve", *serve_args]))
     if args and args[0] == "perf":
         from modelhost.perf import main as perf_main  # perf_analyzer's job; none of the server
 
@@ -515,6 +532,10 @@ def _top_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.add_parser("serve", help="Run the server on HTTP, GRPC and metrics ports (8000, 8001, 8002).")
     commands.add_parser("perf", help="Measure a model's throughput and latency, as perf_analyzer does.")
+    commands.add_parser(
+        "sagemaker",
+        help="Run the server as a SageMaker container does (Triton's `serve` script), from SAGEMAKER_* variables.",
+    )
     return parser
 
 
@@ -586,6 +607,22 @@ def _frontend_processes(raw: str) -> int:
     return number
 
 
+def _memory_budget(raw: str) -> int:
+    from modelhost.model_memory import parse_size
+
+    try:
+        return parse_size(raw)
+    except ValueError as e:
+        raise CliError(f"--model-memory-budget: {e}") from None
+
+
+def _port_range(flag: Flag, raw: str) -> tuple[int, int]:
+    low, dash, high = raw.strip().partition("-")
+    if not dash or _int_or_none(low) is None or _int_or_none(high) is None:
+        raise CliError(f"{flag.option} format is '<low>-<high>', got {raw!r}")
+    return int(low), int(high)
+
+
 def _parse_serve(argv: Sequence[str]) -> tuple[ServerOptions, list[Note]]:
     namespace = serve_parser().parse_args(list(argv))
     given: list[tuple[str, str]] = getattr(namespace, "given", [])
@@ -611,6 +648,8 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             if not flag.accepts(raw):
                 raise CliError(flag.refusal())
             continue
+        if name == "log-verbose" and _bool_or_none(raw) is not None:
+            raw = str(int(bool(_bool_or_none(raw))))  # tritonserver takes true/false for 1/0 here too
         value = _convert(flag, raw)  # an ignored flag's value is checked too
         if flag.status is Status.IGNORED:
             notes.append((logging.INFO, f"{flag.option} is ignored: {flag.note}"))
@@ -647,6 +686,10 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             load_limits[gpu] = fraction
         elif name == "frontend-processes":
             values["frontend_processes"] = _frontend_processes(raw)
+        elif name == "model-memory-budget":
+            values["model_memory_budget"] = _memory_budget(raw)
+        elif name == "sagemaker-safe-port-range":
+            values["sagemaker_safe_port_range"] = _port_range(flag, raw)
         elif name == "disable-auto-complete-config":
             disable_auto_complete = True
         elif name == "strict-model-config":

@@ -9,6 +9,7 @@
     ├── Unsupported               (501, UNIMPLEMENTED)     features not offered for this model or server
     ├── AlreadyExists             (400, ALREADY_EXISTS)
     ├── Cancelled                 (400, CANCELLED)
+    ├── OutOfMemory               (507, RESOURCE_EXHAUSTED) a load that does not fit in memory or the budget
     ├── UnsupportedMediaType      (415, INVALID_ARGUMENT)  unknown Content-Encoding
     └── InternalError             (500, INTERNAL)          a fault of the server or the backend runtime
 
@@ -79,6 +80,14 @@ class Cancelled(ModelhostError):
     grpc_code = grpc.StatusCode.CANCELLED
 
 
+class OutOfMemory(ModelhostError):
+    """A model load that does not fit: past --model-memory-budget once idle models are unloaded, or the runtime
+    (or the kernel's OOM killer) ran out of memory. 507, as Triton's SageMaker listener answers it."""
+
+    http_status = 507
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 class UnsupportedMediaType(ModelhostError):
     http_status = 415
 
@@ -98,6 +107,7 @@ __all__ = [
     "ModelConfigError",
     "ModelhostError",
     "NotFound",
+    "OutOfMemory",
     "Rejected",
     "Unavailable",
     "Unsupported",

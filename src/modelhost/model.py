@@ -108,6 +108,8 @@ class LoadedModel:
         )
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
+        # When this version began to serve: what "least recently used" counts from before its first request.
+        self.loaded_at_ms = time.time_ns() // 1_000_000
         self.stats.pending = (
             (lambda: batcher.queued() + pool.pending()) if batcher is not None else pool.pending
         )
@@ -365,6 +367,11 @@ class LoadedModel:
         if self.ensemble is not None:
             return self.ensemble.ready()
         return all(getattr(i, "healthy", True) for i in self.pool.instances)
+
+    @property
+    def busy(self) -> bool:
+        """Requests are queued for, or running on, this version."""
+        return self._in_flight > 0 or self.stats.pending() > 0
 
     async def drained(self) -> None:
         """Return once no request is running on this version (callers stop sending new ones first)."""

@@ -107,6 +107,14 @@ class ServerOptions:
     frontend_processes: int = 0
     # --frontend-buffer-byte-size: request bytes one frontend process may have in flight to the engine.
     frontend_buffer_byte_size: int = DEFAULT_FRONTEND_BUFFER_BYTE_SIZE
+    # --model-memory-budget in bytes (None: no budget), --model-load-on-demand, --model-idle-unload-secs (0: never).
+    model_memory_budget: int | None = None
+    model_load_on_demand: bool = False
+    model_idle_unload_secs: int = 0
+    # The SageMaker listener (--allow-sagemaker), its port, and the ports the other listeners must use.
+    allow_sagemaker: bool = False
+    sagemaker_port: int = 8080
+    sagemaker_safe_port_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.metrics_address:
@@ -123,6 +131,7 @@ def _problems(options: ServerOptions) -> list[str]:
         ("--http-port", options.http_port),
         ("--grpc-port", options.grpc_port),
         ("--metrics-port", options.metrics_port),
+        ("--sagemaker-port", options.sagemaker_port),
     ):
         if not 0 <= port <= 65535:
             problems.append(f"{flag} must be between 0 and 65535, got {port}")
@@ -164,6 +173,29 @@ def _problems(options: ServerOptions) -> list[str]:
     problems.extend(_trace_problems(options))
     problems.extend(_cache_problems(options))
     problems.extend(_port_collisions(options))
+    problems.extend(_safe_port_problems(options))
+    return problems
+
+
+def _safe_port_problems(options: ServerOptions) -> list[str]:
+    """--sagemaker-safe-port-range: the listeners other than SageMaker's must use ports inside it (SageMaker
+    reserves the others), as tritonserver checks at startup."""
+    if options.sagemaker_safe_port_range is None or not options.allow_sagemaker:
+        return []
+    low, high = options.sagemaker_safe_port_range
+    problems: list[str] = []
+    if not 0 < low <= high <= 65535:
+        return [f"--sagemaker-safe-port-range must be <low>-<high> with 0 < low <= high <= 65535, got {low}-{high}"]
+    for flag, enabled, port in (
+        ("--http-port", options.allow_http, options.http_port),
+        ("--grpc-port", options.allow_grpc, options.grpc_port),
+        ("--metrics-port", options.allow_metrics, options.metrics_port),
+    ):
+        if enabled and not low <= port <= high:
+            problems.append(
+                f"{flag} {port} is outside --sagemaker-safe-port-range {low}-{high} (SageMaker reserves the "
+                "ports outside it)"
+            )
     return problems
 
 
@@ -185,6 +217,12 @@ def _model_control_problems(options: ServerOptions) -> list[str]:
         problems.append(f"--model-load-thread-count must be 1 or more, got {options.model_load_thread_count}")
     if options.model_load_retry_count < 0:
         problems.append(f"--model-load-retry-count must be 0 or more, got {options.model_load_retry_count}")
+    if options.model_load_on_demand and options.model_control_mode != "explicit":
+        problems.append("--model-load-on-demand=true requires --model-control-mode=explicit")
+    if options.model_idle_unload_secs < 0:
+        problems.append(f"--model-idle-unload-secs must be 0 or more, got {options.model_idle_unload_secs}")
+    if options.model_idle_unload_secs and options.model_control_mode != "explicit":
+        problems.append("--model-idle-unload-secs requires --model-control-mode=explicit")
     return problems
 
 
@@ -214,6 +252,8 @@ def _memory_problems(options: ServerOptions) -> list[str]:
             problems.append(f"--cuda-memory-pool-byte-size expects device ID >= 0, got {gpu}")
         if size < 0:
             problems.append(f"--cuda-memory-pool-byte-size for GPU {gpu} must be 0 or more bytes, got {size}")
+    if options.model_memory_budget is not None and options.model_memory_budget <= 0:
+        problems.append(f"--model-memory-budget must be more than 0 bytes, got {options.model_memory_budget}")
     for gpu, fraction in options.model_load_gpu_limit.items():
         if gpu < 0:
             problems.append(f"--model-load-gpu-limit expects device ID >= 0, got {gpu}")
@@ -287,6 +327,7 @@ def _port_collisions(options: ServerOptions) -> list[str]:
             ("HTTP", options.allow_http, options.http_address, options.http_port),
             ("GRPC", options.allow_grpc, options.grpc_address, options.grpc_port),
             ("metrics", options.allow_metrics, options.metrics_address, options.metrics_port),
+            ("SageMaker", options.allow_sagemaker, options.http_address, options.sagemaker_port),
         )
         if enabled and port != 0
     ]

@@ -36,10 +36,18 @@ from modelhost.config import (
 from modelhost.config.normalize import is_ensemble
 from modelhost.ensemble.plan import EnsemblePlan
 from modelhost.ensemble.scheduler import EnsembleScheduler
-from modelhost.errors import InvalidArgument, ModelConfigError, ModelhostError, NotFound, Unavailable
+from modelhost.errors import (
+    InvalidArgument,
+    ModelConfigError,
+    ModelhostError,
+    NotFound,
+    OutOfMemory,
+    Unavailable,
+)
 from modelhost.gpu_memory import GpuMemory
 from modelhost.memory import release_free_memory
 from modelhost.model import LoadedModel
+from modelhost.model_memory import Footprint, files_size, is_out_of_memory, sample
 from modelhost.repository.fingerprint import ModelFingerprint, fingerprint
 from modelhost.repository.layout import model_directories
 from modelhost.repository.overrides import LoadOverride, check_model_name, write_model_files
@@ -107,6 +115,11 @@ class LoadSettings:
     rate_limiter: RateLimiter | None = None
     # --cache-config given: models with `response_cache { enable: true }` use the server's response cache.
     response_cache: bool = False
+    # --model-memory-budget in bytes: what loaded model versions may take together (None: no budget).
+    memory_budget: int | None = None
+    # --model-load-on-demand (explicit mode): a request for a model of the repositories that is not loaded
+    # loads it first.
+    load_on_demand: bool = False
 
     def backend_settings(self, backend: str) -> dict[str, str]:
         return {**self.backend_config.get("", {}), **self.backend_config.get(backend, {})}
@@ -139,6 +152,20 @@ def _instance_plan(config: Any, gpu_count: int) -> list[tuple[Any, int, int]]:
     return plan
 
 
+def _load_error(name: str, version: int, error: BaseException) -> ModelhostError:
+    """A fault while loading a version as the error that fails it: out of memory where it says so."""
+    if isinstance(error, ModelhostError) and not isinstance(error, OutOfMemory):
+        message = str(error)
+        return OutOfMemory(message) if is_out_of_memory(message) else error
+    if isinstance(error, MemoryError):
+        return OutOfMemory(f"MemoryError: out of memory while loading '{name}' version {version}")
+    if isinstance(error, OutOfMemory):
+        return error
+    log.exception("failed to load '%s' version %d", name, version, exc_info=error)
+    message = f"{type(error).__name__}: {error}"
+    return OutOfMemory(message) if is_out_of_memory(message) else ModelhostError(message)
+
+
 def _fault_as_error(build: Callable[..., LoadedModel], *args: Any) -> LoadedModel:
     """A fault while building a model version fails that version only, with the fault as its reason."""
     try:
@@ -168,6 +195,14 @@ class ModelRegistry:
         self._waiting: dict[str, str] = {}
         # What backends may use of the running server (python models call other models); set by the app.
         self.services = BackendServices()
+        # Models never unloaded to make room or for idleness: those --load-model named (explicit mode).
+        self.pinned: set[str] = set()
+        # Under a memory budget, loads run one at a time: each load's memory delta is then its own.
+        self._budget_lock = asyncio.Lock()
+        # The last measured host bytes of each model's versions: the estimate for its next load.
+        self._last_size: dict[str, int] = {}
+        # Models registered by name from a directory outside the repositories (SageMaker's POST /models).
+        self.registered: dict[str, Path] = {}
 
     # -- repositories ------------------------------------------------------------------------------------------
 
@@ -198,6 +233,8 @@ class ModelRegistry:
                 continue
             for name, path in dirs.items():
                 found.setdefault(name, []).append(path)
+        for name, path in self.registered.items():
+            found.setdefault(name, []).append(path)
         return found
 
     # -- startup, polling, load and unload requests -------------------------------------------------------------
@@ -214,6 +251,8 @@ class ModelRegistry:
                 self.models[name] = ModelEntry(name, error="model not found in any model repository")
                 log.error("failed to load '%s': model not found in any model repository", name)
         wanted = [name for name in wanted if name in scanned]
+        if self.mode == "explicit":
+            self.pinned.update(wanted)
         await asyncio.gather(*(self._load_quietly(name, scanned) for name in wanted))
         for name in wanted:  # asked for by name, even where an ensemble loaded it first
             if name in self.models:
@@ -321,7 +360,7 @@ class ModelRegistry:
             raise InvalidArgument(f"model '{name}' appears in multiple model repositories: {where}")
         return dirs[0]
 
-    def _read_config(self, model_dir: Path, override: LoadOverride | None) -> Any:
+    def _read_config(self, model_dir: Path, override: LoadOverride | None, name: str = "") -> Any:
         settings = self.settings
         default_mbs = int(settings.backend_settings("onnxruntime").get("default-max-batch-size", "4"))
         if override is not None and override.config_json is not None:
@@ -333,6 +372,7 @@ class ModelRegistry:
                 auto_complete=settings.auto_complete,
                 default_max_batch_size=default_mbs,
                 gpu_count=settings.gpu_count,
+                model_name=name,
             )
         return load_model_config(
             model_dir,
@@ -340,6 +380,7 @@ class ModelRegistry:
             auto_complete=settings.auto_complete,
             default_max_batch_size=default_mbs,
             gpu_count=settings.gpu_count,
+            served_name=name,
         )
 
     async def _load(self, name: str, scanned: dict[str, list[Path]], override: LoadOverride | None) -> None:
@@ -355,7 +396,7 @@ class ModelRegistry:
             seen = await self._look(dirs)
             if override is None:
                 entry.seen = seen
-            config = await asyncio.to_thread(self._read_config, model_dir, override)
+            config = await asyncio.to_thread(self._read_config, model_dir, override, name)
             backend = None if is_ensemble(config) else backend_for(config)
             if backend is None:
                 composing = await self._load_composing(name, config, scanned)
@@ -397,6 +438,7 @@ class ModelRegistry:
 
         built: dict[int, VersionEntry] = {}
         failures: dict[int, str] = {}
+        out_of_memory = False  # a version failed for want of memory: the load fails with OutOfMemory
         for version in wanted:
             kept = reusable(version)
             if kept is not None:
@@ -413,6 +455,7 @@ class ModelRegistry:
                         model = await self._build(name, version, model_dir, config, backend)
                 except ModelhostError as e:
                     failures[version] = str(e)
+                    out_of_memory = out_of_memory or isinstance(e, OutOfMemory)
                 else:
                     built[version] = VersionEntry(version, ModelState.READY, "", model, fp.versions[version])
         for version, reason in failures.items():
@@ -430,7 +473,7 @@ class ModelRegistry:
             if holder is not None:
                 holder.cleanup()
             log.error("failed to reload '%s': the versions loaded before keep serving", name)
-            raise InvalidArgument(self._failure_message(name, failures))
+            raise self._failure(name, failures, out_of_memory)
 
         # Commit: one step, with no await, so every request sees either the old versions or the new ones.
         retired = [
@@ -455,12 +498,13 @@ class ModelRegistry:
         entry.override_dir = holder
         self._retire(retired, old_holder)
         if failures:
-            raise InvalidArgument(self._failure_message(name, failures))
+            raise self._failure(name, failures, out_of_memory)
 
     @staticmethod
-    def _failure_message(name: str, failures: dict[int, str]) -> str:
+    def _failure(name: str, failures: dict[int, str], out_of_memory: bool) -> ModelhostError:
         states = "; ".join(f"version {v} is at UNAVAILABLE state: {r}" for v, r in failures.items())
-        return f"load failed for model '{name}': {states}"
+        message = f"load failed for model '{name}': {states}"
+        return OutOfMemory(message) if out_of_memory else InvalidArgument(message)
 
     def _record_failure(self, entry: ModelEntry, reason: str) -> None:
         serving = entry.serving()
@@ -610,14 +654,15 @@ class ModelRegistry:
             started = time.monotonic()
             try:
                 async with self._load_slots:
-                    model = await asyncio.to_thread(
-                        self._load_version, name, version, model_dir, config, backend
-                    )
-            except ModelhostError as e:
-                error: ModelhostError = e
+                    if self.settings.memory_budget is None:
+                        model = await self._build_measured(name, version, model_dir, config, backend)
+                    else:
+                        async with self._budget_lock:
+                            model = await self._build_within_budget(name, version, model_dir, config, backend)
             except Exception as e:  # a backend fault at load fails this version only
-                log.exception("failed to load '%s' version %d", name, version)
-                error = ModelhostError(f"{type(e).__name__}: {e}")
+                error = _load_error(name, version, e)
+                if isinstance(error, OutOfMemory) and self.settings.memory_budget is not None:
+                    attempts = attempt  # more memory will not appear by trying again
             else:
                 model.stats.load_duration_s = time.monotonic() - started
                 log.info(
@@ -634,6 +679,153 @@ class ModelRegistry:
                     error,
                 )
         raise error
+
+    def _devices(self, config: Any) -> list[int]:
+        return sorted({device for group, _, device in _instance_plan(config, self.settings.gpu_count)
+                       if group.kind == group.KIND_GPU}) if self.settings.gpu_count else []  # fmt: skip
+
+    async def _build_measured(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
+        """Build a version and record what it takes: the memory of the process tree before and after."""
+        devices = self._devices(config)
+        before = await asyncio.to_thread(sample, devices)
+        model = await asyncio.to_thread(self._load_version, name, version, model_dir, config, backend)
+        after = await asyncio.to_thread(sample, devices)
+        footprint = Footprint.between(before, after)
+        model.stats.memory_bytes = footprint.host
+        model.stats.gpu_memory_bytes = footprint.gpus
+        self._last_size[name] = footprint.host
+        return model
+
+    def memory_in_use(self, *, besides: str = "") -> int:
+        """Host bytes the loaded model versions take (all but those of `besides`)."""
+        return sum(
+            v.model.stats.memory_bytes
+            for entry in self.models.values()
+            if entry.name != besides
+            for v in entry.versions.values()
+            if v.model is not None
+        )
+
+    async def _build_within_budget(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
+        """Build a version under --model-memory-budget: make room first (idle models, least recently used
+        first) for what it is expected to take, then check what it took. The versions of `name` itself do not
+        count: a reload replaces them."""
+        budget = self.settings.memory_budget
+        assert budget is not None
+        expected = self._last_size.get(name)
+        if expected is None:
+            expected = await asyncio.to_thread(files_size, model_dir / str(version))
+        await self._make_room(expected, besides=name)
+        model = await self._build_measured(name, version, model_dir, config, backend)
+        needed = model.stats.memory_bytes
+        if self.memory_in_use(besides=name) + needed > budget:
+            await self._make_room(needed, besides=name)
+        in_use = self.memory_in_use(besides=name)
+        if in_use + needed > budget:
+            await asyncio.to_thread(model.close)
+            raise OutOfMemory(
+                f"model '{name}' version {version} takes {needed} bytes of memory and does not fit in "
+                f"--model-memory-budget={budget}: {in_use} bytes are taken by models that cannot be unloaded "
+                "(pinned with --load-model, or with requests in flight)"
+            )
+        return model
+
+    # -- making room: the memory budget and idle models -----------------------------------------------------
+
+    def _last_used_ms(self, entry: ModelEntry) -> int:
+        return max(
+            (max(v.model.stats.last_inference_ms, v.model.loaded_at_ms) for v in entry.serving() if v.model),
+            default=0,
+        )
+
+    def _unloadable(self, entry: ModelEntry, besides: str) -> bool:
+        """Whether a model may be unloaded to make room or for idleness: loaded in explicit mode, not pinned,
+        not loading or unloading, no request queued or in flight, and no loaded ensemble using it."""
+        if self.mode != "explicit" or entry.name in (besides, *self.pinned):
+            return False
+        serving = entry.serving()
+        if not serving or self._lock(entry.name).locked() or entry.config is None or is_ensemble(entry.config):
+            return False
+        if any(v.model is not None and v.model.busy for v in serving):
+            return False
+        return not self.dependents(entry.name)
+
+    async def _make_room(self, needed: int, *, besides: str) -> None:
+        """Unload idle models, least recently used first, until `needed` more bytes fit in the budget or
+        nothing more may be unloaded."""
+        budget = self.settings.memory_budget
+        assert budget is not None
+        while self.memory_in_use(besides=besides) + needed > budget:
+            candidates = [e for e in self.models.values() if self._unloadable(e, besides)]
+            if not candidates:
+                return
+            victim = min(candidates, key=self._last_used_ms)
+            freed = sum(v.model.stats.memory_bytes for v in victim.serving() if v.model is not None)
+            log.info(
+                "unloading '%s' (%d bytes, least recently used) to make room for '%s' under "
+                "--model-memory-budget=%d",
+                victim.name,
+                freed,
+                besides,
+                budget,
+            )
+            await self._unload_now(victim.name)
+
+    async def _unload_now(self, name: str) -> None:
+        """Unload a model and wait until its versions are closed (their memory given back)."""
+        async with self._lock(name):
+            entry = self.models.get(name)
+            task = self._unload(entry) if entry is not None else None
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def unload_idle(self, idle_s: float) -> list[str]:
+        """Unload the models no request used for `idle_s` seconds (--model-idle-unload-secs)."""
+        now_ms = time.time() * 1000
+        idle = [
+            e.name
+            for e in list(self.models.values())
+            if self._unloadable(e, "") and now_ms - self._last_used_ms(e) >= idle_s * 1000
+        ]
+        for name in idle:
+            entry = self.models.get(name)
+            if entry is not None and self._unloadable(entry, ""):
+                log.info("unloading '%s': no request for %g s (--model-idle-unload-secs)", name, idle_s)
+                await self._unload_now(name)
+        return idle
+
+    async def unload_idle_forever(self, idle_s: float) -> None:
+        interval = min(max(idle_s / 4, 0.1), 5.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.unload_idle(idle_s)
+            except Exception:  # must never end the watch
+                log.exception("failed to unload idle models")
+
+    async def load_on_demand(self, name: str, version: str) -> LoadedModel:
+        """The version serving a request for `name`, loaded first where the model is in a repository but not
+        loaded (--model-load-on-demand, and models registered by SageMaker's POST /models). Concurrent
+        requests for it wait for the one load. Raises NotFound for a model in no repository."""
+        scanned = self.scan()
+        if name not in scanned:
+            await self.sync(strict=False)
+            scanned = self.scan()
+            if name not in scanned:
+                return self.get(name, version)  # Triton's error for an unknown model
+        started = time.monotonic_ns()
+        async with self._lock(name):
+            entry = self.models.get(name)
+            if entry is None or not entry.serving():
+                log.info("loading '%s' on demand", name)
+                await self._load(name, scanned, None)
+        model = self.get(name, version)
+        model.stats.cold_start.add(time.monotonic_ns() - started)
+        return model
 
     def _load_version(
         self, name: str, version: int, model_dir: Path, config: Any, backend: Any
@@ -669,7 +861,8 @@ class ModelRegistry:
 
     # -- unloading ---------------------------------------------------------------------------------------------
 
-    def _unload(self, entry: ModelEntry) -> None:
+    def _unload(self, entry: ModelEntry) -> asyncio.Task[None] | None:
+        """Stop serving every version of a model; the task that closes them (None: nothing to close)."""
         retired: list[LoadedModel] = []
         for ventry in entry.versions.values():
             if ventry.state == ModelState.READY and ventry.model is not None:
@@ -682,12 +875,14 @@ class ModelRegistry:
             entry.versions = {}
         entry.overridden = False
         holder, entry.override_dir = entry.override_dir, None
-        self._retire(retired, holder)
+        return self._retire(retired, holder)
 
-    def _retire(self, models: list[LoadedModel], holder: tempfile.TemporaryDirectory[str] | None) -> None:
+    def _retire(
+        self, models: list[LoadedModel], holder: tempfile.TemporaryDirectory[str] | None
+    ) -> asyncio.Task[None] | None:
         """Close models that no longer take requests, each once its last request is answered."""
         if not models and holder is None:
-            return
+            return None
 
         async def run() -> None:
             for model in models:
@@ -709,6 +904,7 @@ class ModelRegistry:
         task = asyncio.get_running_loop().create_task(run())
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
+        return task
 
     # -- lookups -----------------------------------------------------------------------------------------------
 
@@ -756,8 +952,10 @@ class ModelRegistry:
                     return False
         return True
 
-    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        rows: list[dict[str, str]] = []
+    def index(self, ready_only: bool = False) -> list[dict[str, str | int]]:
+        """The repository index rows; a loaded version's also says what it takes in memory (`memory_bytes`,
+        modelhost's addition to Triton's fields)."""
+        rows: list[dict[str, str | int]] = []
         scanned = self.scan()
         names = set(self.models)
         if not ready_only:
@@ -781,9 +979,11 @@ class ModelRegistry:
             for version, ventry in entry.versions.items():
                 if ready_only and ventry.state != ModelState.READY:
                     continue
-                row = {"name": name, "version": str(version), "state": ventry.state.value}
+                row: dict[str, str | int] = {"name": name, "version": str(version), "state": ventry.state.value}
                 if ventry.reason:
                     row["reason"] = ventry.reason
+                if ventry.model is not None:
+                    row["memory_bytes"] = ventry.model.stats.memory_bytes
                 rows.append(row)
         return rows
 
@@ -793,8 +993,8 @@ class ModelRegistry:
         for item in self.index():
             if "state" not in item:
                 continue  # not loaded (explicit mode)
-            status = item["state"] + (f": {item['reason']}" if item.get("reason") else "")
-            rows.append((item["name"], item.get("version", "-"), status))
+            status = f"{item['state']}" + (f": {item['reason']}" if item.get("reason") else "")
+            rows.append((str(item["name"]), str(item.get("version", "-")), status))
         return rows
 
     def close(self) -> None:

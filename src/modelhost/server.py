@@ -10,7 +10,7 @@ from typing import Any
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config import config_to_json
-from modelhost.errors import InvalidArgument, ModelhostError, Unavailable, Unsupported
+from modelhost.errors import InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
 from modelhost.io_specs import format_shape
 from modelhost.log_settings import LogSettings
 from modelhost.model import FINAL_RESPONSE, LoadedModel
@@ -123,7 +123,7 @@ class Server:
             raise Unsupported("the logging extension is not available in this server")
         return self.log_settings.update(changes) if changes else self.log_settings.get()
 
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str | int]]:
         return self.registry.index(ready_only)
 
     def _check_explicit_mode(self) -> None:
@@ -154,7 +154,10 @@ class Server:
         on while the server drains)."""
         if not (self.accepting or internal):
             raise Unavailable("Server is shutting down: no new inference requests are accepted")
-        model = self.registry.get(request.model_name, request.model_version)
+        try:
+            model = self.registry.get(request.model_name, request.model_version)
+        except (NotFound, Unavailable) as e:
+            model = await self._on_demand(request.model_name, request.model_version, e)
         stats = model.stats
         cache = self.response_cache if stats.cached else None
         if cache is not None:
@@ -210,6 +213,18 @@ class Server:
         finally:
             self._leave()
 
+    async def model_for_request(self, name: str, version: str = "") -> LoadedModel:
+        """The version that serves a request: loaded first with --model-load-on-demand where it is not."""
+        try:
+            return self.registry.get(name, version)
+        except (NotFound, Unavailable) as e:
+            return await self._on_demand(name, version, e)
+
+    async def _on_demand(self, name: str, version: str, error: ModelhostError) -> LoadedModel:
+        if not self.registry.settings.load_on_demand:
+            raise error
+        return await self.registry.load_on_demand(name, version)
+
     @staticmethod
     def _trace_start(trace: Trace, model: LoadedModel, request: InferenceRequest) -> int:
         trace.model_version = model.version_str
@@ -240,7 +255,7 @@ class Server:
         """The responses of one request of a stream (several for a decoupled model), each marked final or not."""
         if not (self.accepting or internal):
             raise Unavailable("Server is shutting down: no new inference requests are accepted")
-        model = self.registry.get(request.model_name, request.model_version)
+        model = await self.model_for_request(request.model_name, request.model_version)
         if not model.decoupled:
             response = await self.infer(request, internal=internal)
             response.parameters[FINAL_RESPONSE] = True

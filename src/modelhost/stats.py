@@ -319,6 +319,11 @@ class ModelStats:
     # Set by the model: requests queued and not yet executing (nv_inference_pending_request_count).
     pending: Callable[[], int] = lambda: 0
     load_duration_s: float = 0.0
+    # What this version took in memory when it was built (model_memory.py): host bytes, bytes per GPU.
+    memory_bytes: int = 0
+    gpu_memory_bytes: dict[int, int] = field(default_factory=dict)
+    # Requests that waited for this version to be loaded on demand, and how long (modelhost only).
+    cold_start: Duration = field(default_factory=Duration)
     # Only with --metrics-config summary_latencies=true / histogram_latencies=true (decoupled models).
     summaries: LatencySummaries | None = None
     first_response: Histogram | None = None
@@ -398,5 +403,9 @@ class ModelStats:
                 }
                 for size, b in sorted(self.batches.items())
             ],
-            "memory_usage": [],
+            "memory_usage": [
+                {"type": "CPU", "id": 0, "byte_size": self.memory_bytes},
+                *({"type": "GPU", "id": d, "byte_size": b} for d, b in sorted(self.gpu_memory_bytes.items())),
+            ],
+            "cold_start": self.cold_start.to_json(),
         }

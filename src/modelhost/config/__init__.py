@@ -35,14 +35,20 @@ def complete_model_config(
     auto_complete: bool = True,
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     gpu_count: int = 0,
+    model_name: str = "",
 ) -> ModelConfig:
     """Steps 2-5 of the pipeline on a parsed config (from a file or a load request's override).
 
     Returns a completed copy; `config` itself is not changed. `source` names the config in error messages.
+    `model_name`: the name the model is served as when it is not its directory's (a directory registered under
+    another name, as SageMaker's multi-model load does): the config takes that name.
     """
-    model_name = model_dir.name
     completed = ModelConfig()
     completed.CopyFrom(config)
+    if model_name and model_name != model_dir.name:
+        completed.name = model_name
+    else:
+        model_name = model_dir.name
     fill_backend_fields(completed, model_name, model_dir)
     normalize_config(completed, model_name, gpu_count=gpu_count)
     try:
@@ -63,8 +69,10 @@ def load_model_config(
     auto_complete: bool = True,
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     gpu_count: int = 0,
+    served_name: str = "",
 ) -> ModelConfig:
-    """The completed, normalised and validated config of the model in `model_dir` (named after its dir)."""
+    """The completed, normalised and validated config of the model in `model_dir` (named after its dir, or
+    `served_name`: see complete_model_config)."""
     model_name = model_dir.name
     path = config_path(model_dir, config_name)
     if path is None:
@@ -87,6 +95,7 @@ def load_model_config(
         auto_complete=auto_complete,
         default_max_batch_size=default_max_batch_size,
         gpu_count=gpu_count,
+        model_name=served_name,
     )
 
 

@@ -102,6 +102,11 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
         )
         try:
             response = await self.service.routes(request)
+            if response.stream is not None:
+                # The link carries one reply per call: a streamed answer (generate_stream) reaches a client of a
+                # frontend process whole, once the model has finished (docs/frontend-processes.md).
+                response.body = b"".join([piece async for piece in response.stream])
+                response.stream = None
         except Exception:  # as the HTTP protocol does: a bug in a handler answers 500 and nothing else fails
             log.exception("unhandled error serving %s %s", call.method, call.path)
             response = error_response(500, "internal server error")

@@ -22,6 +22,9 @@ from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED
 
+# The repository index rows' fields that RepositoryIndexResponse.ModelIndex has (the HTTP JSON has more).
+_INDEX_FIELDS = frozenset({"name", "version", "state", "reason"})
+
 log = logging.getLogger("modelhost.grpc")
 T = TypeVar("T")
 
@@ -102,7 +105,8 @@ class GrpcService:
             version = parse_model_version(request.version)
             response = service_pb2.ModelStatisticsResponse()
             for stats in self.server.statistics(request.name, version):
-                json_format.ParseDict(stats.to_json(), response.model_stats.add())
+                # ignore_unknown_fields: the JSON has modelhost's own additions (cold_start), which gRPC lacks.
+                json_format.ParseDict(stats.to_json(), response.model_stats.add(), ignore_unknown_fields=True)
             return response
 
         return await _answer(context, f"statistics of '{request.name or '*'}'", run)
@@ -128,7 +132,7 @@ class GrpcService:
                 raise Unsupported("'repository_name' specification is not supported")
             response = service_pb2.RepositoryIndexResponse()
             for row in self.server.repository_index(request.ready):
-                response.models.add(**row)
+                response.models.add(**{k: v for k, v in row.items() if k in _INDEX_FIELDS})
             return response
 
         return await _answer(context, "repository index", run)

@@ -11,7 +11,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -27,10 +27,12 @@ _REASONS = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    409: "Conflict",
     415: "Unsupported Media Type",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
+    507: "Insufficient Storage",
 }
 _MAX_PIPELINED = 32
 
@@ -53,6 +55,8 @@ class HttpResponse:
     body: bytes = b""
     content_type: str = "application/json"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    # A body sent as it is produced, in chunks (server-sent events); `body` is then unused.
+    stream: AsyncIterator[bytes] | None = None
 
 
 def error_response(status: int, message: str) -> HttpResponse:
@@ -167,13 +171,52 @@ class HttpProtocol(asyncio.Protocol):
                 response = error_response(500, "internal server error")
             if not self.can_write.is_set():
                 await self.can_write.wait()
-            self._write(response, keep_alive)
+            if response.stream is not None:
+                await self._write_stream(response, keep_alive)
+            else:
+                self._write(response, keep_alive)
             if not keep_alive:
                 self._close()
                 return
             if self.reading_paused and len(self.pending) < _MAX_PIPELINED // 2 and self.transport:
                 self.transport.resume_reading()
                 self.reading_paused = False
+
+    async def _write_stream(self, response: HttpResponse, keep_alive: bool) -> None:
+        """A chunked response: each piece the stream yields is sent at once (honouring back-pressure). A client
+        that goes away ends the stream, which cancels what produces it."""
+        stream = response.stream
+        assert stream is not None
+        try:
+            if self.transport is None or self.closing:
+                return
+            self.transport.write(self._head(response, "Transfer-Encoding: chunked", keep_alive))
+            async for piece in stream:
+                if self.closing or self.transport is None:
+                    return
+                if piece:
+                    self.transport.writelines([f"{len(piece):x}\r\n".encode(), piece, b"\r\n"])
+                if not self.can_write.is_set():
+                    await self.can_write.wait()
+            if not self.closing and self.transport is not None:
+                self.transport.write(b"0\r\n\r\n")
+        except Exception:  # a bug in what produces the stream: the status is sent, so only closing tells
+            log.exception("unhandled error streaming the answer")
+            self._close()
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def _head(self, response: HttpResponse, length: str, keep_alive: bool) -> bytes:
+        reason = _REASONS.get(response.status, "")
+        head = [f"HTTP/1.1 {response.status} {reason}\r\nContent-Type: {response.content_type}\r\n{length}\r\n"]
+        for name, value in response.headers:
+            head.append(f"{name}: {value}\r\n")
+        if not keep_alive:
+            head.append("Connection: close\r\n")
+        head.append("\r\n")
+        return "".join(head).encode("latin-1")
 
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
         if self.transport is None or self.closing:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar, cast
 from urllib.parse import unquote
 
@@ -14,6 +14,15 @@ import orjson
 from modelhost.devices import gpu_count
 from modelhost.errors import InternalError, InvalidArgument, ModelhostError, NotFound, Unsupported
 from modelhost.frontends.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
+from modelhost.frontends.http.generate_codec import (
+    ONE_RESPONSE,
+    SSE_CONTENT_TYPE,
+    decode_generate_request,
+    encode_generate_response,
+    is_flag_only,
+    sse_error_event,
+    sse_event,
+)
 from modelhost.frontends.http.infer_codec import (
     DecodedInfer,
     decode_json_request,
@@ -24,7 +33,7 @@ from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_r
 from modelhost.model import LoadedModel
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED, Lease
-from modelhost.types import InferenceRequest, InferenceResponse
+from modelhost.types import InferenceRequest, InferenceResponse, Parameters
 
 log = logging.getLogger("modelhost.http")
 
@@ -231,7 +240,9 @@ class HttpRoutes:
         if action == "infer":
             if request.method != "POST":
                 return _method_not_allowed()
-            return await self._infer(request, name, version)
+            return await self.infer(request, name, version)
+        if action in ("generate", "generate_stream"):
+            return await self.generate(request, name, version, stream=action == "generate_stream")
         if request.method != "GET" and action not in ("trace/setting",):
             return _method_not_allowed()
         if action == "":
@@ -241,8 +252,6 @@ class HttpRoutes:
             return _ok() if ready else error_response(400, "Model version not ready")
         if action == "config":
             return _json(server.model_config_json(name, version))
-        if action in ("generate", "generate_stream"):
-            return error_response(501, "the generate extension is not supported yet")
         if action == "stats":
             return self._statistics(name, version)
         if version:
@@ -302,6 +311,37 @@ class HttpRoutes:
         if request.method != "POST":
             return _method_not_allowed()
         return _json(self.server.logging_settings(self._json_object(request, "logging settings")))
+
+    async def generate(
+        self,
+        request: HttpRequest,
+        name: str,
+        version: str,
+        *,
+        stream: bool,
+        parameters: Parameters | None = None,
+    ) -> HttpResponse:
+        """The generate extension: one JSON answer (/generate), or server-sent events (/generate_stream). The
+        status is that of the model's first answer; a later error in a stream is an error event."""
+        if request.method != "POST":
+            return _method_not_allowed()
+        model = await self.server.model_for_request(name, version)
+        generate_request = decode_generate_request(
+            self._body(request), name, version, model.inputs, model.max_batch_size, max_input_size=self.max_input_size
+        )
+        if parameters:
+            generate_request.parameters.update(parameters)
+        answers = _answers(self.server.infer_stream(generate_request))
+        if not stream:
+            return await _one_answer(answers)
+        try:
+            first = await anext(answers)
+        except StopAsyncIteration:
+            return HttpResponse(200, content_type=SSE_CONTENT_TYPE, stream=_events(None, answers))
+        if isinstance(first, ModelhostError):
+            await answers.aclose()
+            raise first
+        return HttpResponse(200, content_type=SSE_CONTENT_TYPE, stream=_events(first, answers))
 
     def _statistics(self, name: str, version: str) -> HttpResponse:
         return _json({"model_stats": [s.to_json() for s in self.server.statistics(name, version)]})
@@ -368,7 +408,10 @@ class HttpRoutes:
             lambda: self.server.registry.get(name, version),
         )
 
-    async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+    async def infer(
+        self, request: HttpRequest, name: str, version: str, parameters: Parameters | None = None
+    ) -> HttpResponse:
+        """An inference request (/infer, and SageMaker's /invocations); `parameters` are added to the request's."""
         # Large bodies are decoded and encoded on a worker thread: parsing 64 MiB of JSON or millions of BYTES
         # elements takes seconds, and the event loop must keep serving everyone else meanwhile.
         if len(request.body) > LARGE_BODY:
@@ -381,6 +424,8 @@ class HttpRoutes:
                 raise
         else:
             decoded = self._decode(request, name, version)
+        if parameters:
+            decoded.request.parameters.update(parameters)
         try:
             return await traced_infer(
                 self.server,  # a decoupled model: Triton's HTTP refusal
@@ -392,3 +437,61 @@ class HttpRoutes:
         finally:
             if decoded.lease is not None:
                 decoded.lease.release()
+
+
+async def _answers(
+    responses: AsyncIterator[InferenceResponse],
+) -> AsyncGenerator[InferenceResponse | ModelhostError, None]:
+    """A generate request's answers: each response, or its error, without the empty final ones that only end a
+    decoupled model's stream. An error that ends the request is the last item."""
+    try:
+        async for response in responses:
+            if is_flag_only(response):
+                continue
+            if response.error is not None:
+                error = response.error
+                yield error if isinstance(error, ModelhostError) else InternalError(str(error))
+            else:
+                yield response
+    except ModelhostError as e:
+        yield e
+
+
+async def _one_answer(answers: AsyncGenerator[InferenceResponse | ModelhostError, None]) -> HttpResponse:
+    """/generate: the model's one answer. A model that answers several times, or not at all, is asked through the
+    wrong endpoint: 400 (Triton sends its message with status 200)."""
+    got = [answer async for answer in answers]
+    if len(got) != 1:
+        if got and isinstance(got[0], ModelhostError):
+            raise got[0]
+        raise InvalidArgument(ONE_RESPONSE)
+    answer = got[0]
+    if isinstance(answer, ModelhostError):
+        raise answer
+    return HttpResponse(200, encode_generate_response(answer))
+
+
+async def _events(
+    first: InferenceResponse | None, answers: AsyncGenerator[InferenceResponse | ModelhostError, None]
+) -> AsyncGenerator[bytes, None]:
+    """/generate_stream's events: one per answer, an error as an error event (the status is already sent)."""
+    try:
+        pending: list[InferenceResponse | ModelhostError] = [first] if first is not None else []
+        while True:
+            if pending:
+                answer = pending.pop()
+            else:
+                try:
+                    answer = await anext(answers)
+                except StopAsyncIteration:
+                    return
+            if isinstance(answer, ModelhostError):
+                log.info("generate_stream: %s", answer)
+                yield sse_error_event(str(answer))
+                continue
+            try:
+                yield sse_event(encode_generate_response(answer))
+            except ModelhostError as e:
+                yield sse_error_event(str(e))
+    finally:
+        await answers.aclose()  # the client went away: the request is cancelled

@@ -1,0 +1,267 @@
+"""The SageMaker routes: /ping, /invocations, and the multi-model endpoint's /models API.
+
+Bodies are the KServe v2 ones of the HTTP frontend (its decoding and encoding serve here too); binary tensors
+come with `Content-Type: application/vnd.sagemaker-triton.binary+json;json-header-size=N` instead of the
+Inference-Header-Content-Length header, and answers mirror it. Status codes follow Triton's SageMaker server
+except where it answers 400 for a fault of the server or 500 for a client's malformed body: each such difference
+is listed in docs/sagemaker.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import orjson
+
+from modelhost.errors import AlreadyExists, InvalidArgument, ModelhostError, NotFound, Unavailable
+from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
+from modelhost.frontends.http.routes import HttpRoutes, failure_response
+from modelhost.frontends.sagemaker.model_urls import locate_model
+from modelhost.frontends.sagemaker.settings import SageMakerSettings
+from modelhost.server import Server
+from modelhost.types import Parameters
+
+log = logging.getLogger("modelhost.sagemaker")
+
+BINARY_CONTENT_TYPE = "application/vnd.sagemaker-triton.binary+json;json-header-size="
+TARGET_MODEL = "x-amzn-sagemaker-target-model"
+CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
+# The request parameter a model finds the custom attributes in (the header's name, as header forwarding names it).
+CUSTOM_ATTRIBUTES_PARAMETER = "X-Amzn-SageMaker-Custom-Attributes"
+_MODELS = re.compile(r"/models(?:/([^/]+))?(/invoke)?")
+_INT32_MAX = 2**31 - 1
+
+
+class Conflict(AlreadyExists):
+    """A second load of a model name (409, as SageMaker's multi-model contract asks)."""
+
+    http_status = 409
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """A model loaded through POST /models: its Triton name, what GET /models shows, and the names it was
+    registered under (the model and an ensemble's companions)."""
+
+    target: str
+    model_url: str
+    registered: tuple[str, ...]
+
+
+class SageMakerRoutes:
+    def __init__(self, server: Server, http: HttpRoutes, settings: SageMakerSettings) -> None:
+        self.server = server
+        self.http = http
+        self.settings = settings
+        # By the `model_name` of the load request (SageMaker's key), as Triton keeps them.
+        self.loaded: dict[str, _Loaded] = {}
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            return await self._route(request)
+        except ModelhostError as e:
+            return failure_response(request.method, request.path, e)
+
+    async def _route(self, request: HttpRequest) -> HttpResponse:
+        if request.too_large:
+            raise InvalidArgument(
+                f"request JSON size of {request.headers.get('content-length', '?')} bytes exceeds the maximum "
+                f"allowed input size of {self.http.max_input_size} bytes. Use --http-max-input-size to increase "
+                "the limit."
+            )
+        path = request.path
+        if path == "/ping":
+            if request.method != "GET":
+                return _method_not_allowed()
+            return self._ping()
+        if path == "/invocations":
+            if request.method != "POST":
+                return _method_not_allowed()
+            return await self._infer(request, self.settings.default_model, self.settings.inference_type)
+        match = _MODELS.fullmatch(path)
+        if match is None:
+            return error_response(404, "Not Found")
+        name = unquote(match.group(1) or "")
+        if match.group(2):
+            if request.method != "POST":
+                return _method_not_allowed()
+            return await self._invoke(request, name)
+        if request.method == "GET":
+            return self._get(name) if name else self._list()
+        if request.method == "POST" and not name:
+            return await self._load(request)
+        if request.method == "DELETE" and name:
+            return await self._unload(request, name)
+        return _method_not_allowed()
+
+    # -- health and inference ----------------------------------------------------------------------------------
+
+    def _ping(self) -> HttpResponse:
+        ok = self.server.is_live() if self.settings.ping_mode == "live" else self.server.is_ready()
+        if ok:
+            return HttpResponse(200, b"")
+        # Triton answers 400; a server that is not (yet) ready is unavailable, which SageMaker treats the same.
+        return error_response(503, "Server is not ready" if self.server.is_live() else "Server is not live")
+
+    async def _infer(self, request: HttpRequest, name: str, inference_type: str) -> HttpResponse:
+        sagemaker_request = _as_kserve(request)
+        parameters: Parameters = {}
+        attributes = request.headers.get(CUSTOM_ATTRIBUTES)
+        if attributes is not None:
+            parameters[CUSTOM_ATTRIBUTES_PARAMETER] = attributes
+        if inference_type != "infer":
+            return await self.http.generate(
+                sagemaker_request, name, "", stream=inference_type == "generate_stream", parameters=parameters
+            )
+        response = await self.http.infer(sagemaker_request, name, "", parameters)
+        return _as_sagemaker(response)
+
+    async def _invoke(self, request: HttpRequest, name: str) -> HttpResponse:
+        loaded = self.loaded.get(name)
+        if loaded is None:
+            raise NotFound(f"model '{name}' is not loaded: load it with POST /models first")
+        target = request.headers.get(TARGET_MODEL) or loaded.target
+        try:
+            self.server.registry.get(target)
+        except (NotFound, Unavailable):
+            # A model unloaded to keep within --model-memory-budget (or for idleness) is still loaded as far as
+            # SageMaker knows: it comes back on its next request.
+            await self.server.registry.load_on_demand(target, "")
+        return await self._infer(request, target, "infer")
+
+    # -- the multi-model API -----------------------------------------------------------------------------------
+
+    def _list(self) -> HttpResponse:
+        models = [{"modelName": key, "modelUrl": loaded.model_url} for key, loaded in self.loaded.items()]
+        return HttpResponse(200, orjson.dumps({"models": models}))
+
+    def _get(self, name: str) -> HttpResponse:
+        loaded = self.loaded.get(name)
+        if loaded is None:
+            raise NotFound(f"model '{name}' is not loaded")
+        return HttpResponse(200, orjson.dumps({"modelName": name, "modelUrl": loaded.model_url}))
+
+    async def _load(self, request: HttpRequest) -> HttpResponse:
+        doc = _json_object(request.body)
+        model_name = doc.get("model_name", "")
+        if not isinstance(model_name, str):
+            raise InvalidArgument("Unable to parse 'model_name': attempt to access JSON non-string as string")
+        target = request.headers.get(TARGET_MODEL) or model_name
+        if not target:
+            raise InvalidArgument(
+                "the load request names no model: give 'model_name' in the body or the "
+                "X-Amzn-SageMaker-Target-Model header"
+            )
+        if model_name in self.loaded or target in (loaded.target for loaded in self.loaded.values()):
+            raise Conflict(f"failed to register '{target}', there is a conflicting mapping for '{target}'")
+        location = locate_model(doc.get("url"), self.settings.model_root)
+        registry = self.server.registry
+        names = {target: location.model_dir, **location.companions}
+        in_use = [
+            n for n in names if n in registry.registered or n in registry.scan() or n in registry.models
+        ]
+        if in_use:
+            what = ", ".join(f"'{n}'" for n in in_use)
+            raise Conflict(f"failed to register {what}: a model of that name is already registered or loaded")
+        log.info("Loading SageMaker TargetModel: %s", target)
+        registry.registered.update(names)
+        try:
+            await self.server.load_model(target, {}, files_base64=True)
+        except ModelhostError as e:
+            for registered in names:
+                registry.registered.pop(registered, None)
+            await self._unload_quietly(target)
+            raise _load_failure(e) from e
+        self.loaded[model_name or target] = _Loaded(target, location.model_url, tuple(names))
+        return HttpResponse(200, b"")
+
+    async def _unload(self, request: HttpRequest, name: str) -> HttpResponse:
+        loaded = self.loaded.get(name)
+        if loaded is None:
+            raise NotFound(f"model '{name}' is not loaded")
+        target = request.headers.get(TARGET_MODEL) or loaded.target
+        registry = self.server.registry
+        await self.server.unload_model(target, {"unload_dependents": True})
+        for companion in loaded.registered:
+            if companion != target and companion in registry.models:
+                await self._unload_quietly(companion)
+        await registry.settled()  # every version closed: its memory is back before SageMaker loads the next
+        for registered in loaded.registered:
+            registry.registered.pop(registered, None)
+        del self.loaded[name]
+        return HttpResponse(200, b"")
+
+    async def _unload_quietly(self, name: str) -> None:
+        try:
+            await self.server.registry.unload(name)
+        except ModelhostError as e:
+            log.warning("failed to unload '%s' after its load failed: %s", name, e)
+
+
+def _method_not_allowed() -> HttpResponse:
+    return error_response(405, "Method Not Allowed")
+
+
+def _json_object(body: bytes) -> dict[str, object]:
+    if not body.strip():
+        raise InvalidArgument('the load request has no body: expected {"model_name": ..., "url": ...}')
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from e
+    if not isinstance(doc, dict):
+        raise InvalidArgument("the load request must be a JSON object")
+    return doc
+
+
+def _load_failure(error: ModelhostError) -> ModelhostError:
+    """A failed load as SageMaker's frontend needs it: 507 where memory ran out (the platform then unloads other
+    models and tries again), the error's own status otherwise (Triton answers 400 for every other failure)."""
+    if isinstance(error, Unavailable) and "explicit model load / unload is not allowed" in str(error):
+        return Unavailable(f"{error} (the SageMaker model API needs --model-control-mode=explicit)")
+    return error
+
+
+def _header_length(content_type: str, body_size: int) -> int | None:
+    """The JSON header's size a SageMaker binary Content-Type gives (None: the body is all JSON)."""
+    at = content_type.find(BINARY_CONTENT_TYPE)
+    if at < 0:
+        return None
+    if at > 0:
+        raise InvalidArgument(
+            f"expect MIME type for binary data starts with '{BINARY_CONTENT_TYPE}', got: {content_type}"
+        )
+    text = content_type[len(BINARY_CONTENT_TYPE) :]
+    digits = re.match(r"\s*[+-]?[0-9]+", text)
+    if digits is None:
+        raise InvalidArgument(f"Unable to parse inference header size, got: {text}")
+    size = int(digits.group())
+    if abs(size) > _INT32_MAX:
+        raise InvalidArgument(f"Unable to parse inference header size, value is out of range, got: {text}")
+    if not 0 <= size <= body_size:
+        raise InvalidArgument(f"inference header size should be in range (0, {body_size}), got: {text}")
+    return size
+
+
+def _as_kserve(request: HttpRequest) -> HttpRequest:
+    """The request as the HTTP frontend's inference route reads it: the JSON header's size in its own header
+    (Triton's SageMaker server ignores an Inference-Header-Content-Length a client sends)."""
+    headers = {k: v for k, v in request.headers.items() if k != "inference-header-content-length"}
+    size = _header_length(request.headers.get("content-type", ""), len(request.body))
+    if size is not None:
+        headers["inference-header-content-length"] = str(size)
+    return dataclasses.replace(request, headers=headers)
+
+
+def _as_sagemaker(response: HttpResponse) -> HttpResponse:
+    """An inference answer with binary outputs says its JSON header's size in its Content-Type."""
+    for i, (name, value) in enumerate(response.headers):
+        if name.lower() == "inference-header-content-length":
+            del response.headers[i]
+            response.content_type = BINARY_CONTENT_TYPE + value
+            break
+    return response
