@@ -145,6 +145,11 @@ _GAUGES: list[tuple[str, str, Callable[[ModelStats], float]]] = [
         lambda s: s.pending(),
     ),
     ("nv_model_load_duration_secs", "Model load time in seconds", lambda s: round(s.load_duration_s, 6)),
+    (
+        "nv_model_memory_bytes",
+        "Host memory the model version took when it was loaded, in bytes (modelhost)",
+        lambda s: s.memory_bytes,
+    ),
 ]
 
 _FIRST_RESPONSE_HELP = "Duration from request to first response in milliseconds"

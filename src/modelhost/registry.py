@@ -661,7 +661,7 @@ class ModelRegistry:
                             model = await self._build_within_budget(name, version, model_dir, config, backend)
             except Exception as e:  # a backend fault at load fails this version only
                 error = _load_error(name, version, e)
-                if isinstance(error, OutOfMemory) and self.settings.memory_budget is not None:
+                if isinstance(error, OutOfMemory):
                     attempts = attempt  # more memory will not appear by trying again
             else:
                 model.stats.load_duration_s = time.monotonic() - started
@@ -714,25 +714,42 @@ class ModelRegistry:
         """Build a version under --model-memory-budget: make room first (idle models, least recently used
         first) for what it is expected to take, then check what it took. The versions of `name` itself do not
         count: a reload replaces them."""
-        budget = self.settings.memory_budget
-        assert budget is not None
         expected = self._last_size.get(name)
         if expected is None:
             expected = await asyncio.to_thread(files_size, model_dir / str(version))
+        self._check_fits(name, version, expected, "needs at least")  # hopeless: fail before unloading anything
         await self._make_room(expected, besides=name)
         model = await self._build_measured(name, version, model_dir, config, backend)
         needed = model.stats.memory_bytes
-        if self.memory_in_use(besides=name) + needed > budget:
+        try:
+            self._check_fits(name, version, needed, "takes")
             await self._make_room(needed, besides=name)
-        in_use = self.memory_in_use(besides=name)
-        if in_use + needed > budget:
+            self._check_fits(name, version, needed, "takes", unloadable=False)
+        except OutOfMemory:
             await asyncio.to_thread(model.close)
-            raise OutOfMemory(
-                f"model '{name}' version {version} takes {needed} bytes of memory and does not fit in "
-                f"--model-memory-budget={budget}: {in_use} bytes are taken by models that cannot be unloaded "
-                "(pinned with --load-model, or with requests in flight)"
-            )
+            raise
         return model
+
+    def _check_fits(self, name: str, version: int, needed: int, verb: str, *, unloadable: bool = True) -> None:
+        """Raise OutOfMemory when `needed` more bytes cannot fit in the budget, even once every model that may
+        be unloaded is (`unloadable`), or as things stand."""
+        budget = self.settings.memory_budget
+        assert budget is not None
+        kept = self.memory_in_use(besides=name)
+        if unloadable:
+            kept -= sum(
+                v.model.stats.memory_bytes
+                for e in self.models.values()
+                if self._unloadable(e, name)
+                for v in e.serving()
+                if v.model is not None
+            )
+        if kept + needed > budget:
+            raise OutOfMemory(
+                f"model '{name}' version {version} {verb} {needed} bytes of memory and does not fit in "
+                f"--model-memory-budget={budget}: {kept} bytes are taken by models that cannot be unloaded "
+                "(pinned with --load-model, in use, or used by a loaded ensemble)"
+            )
 
     # -- making room: the memory budget and idle models -----------------------------------------------------
 
@@ -759,7 +776,7 @@ class ModelRegistry:
         nothing more may be unloaded."""
         budget = self.settings.memory_budget
         assert budget is not None
-        while self.memory_in_use(besides=besides) + needed > budget:
+        while self.memory_in_use(besides=besides) + needed > budget:  # never true without candidates left
             candidates = [e for e in self.models.values() if self._unloadable(e, besides)]
             if not candidates:
                 return

@@ -36,6 +36,7 @@ from modelhost.errors import (
     InvalidArgument,
     ModelhostError,
     NotFound,
+    OutOfMemory,
     Unavailable,
     Unsupported,
 )
@@ -197,6 +198,11 @@ def exchange(
             data = sock.recv(1 << 16)
             if not data:
                 code = process.wait()
+                if code == -signal.SIGKILL:  # what the kernel's OOM killer sends
+                    raise OutOfMemory(
+                        f"the stub process of {what} was killed (SIGKILL) before answering, most likely by the "
+                        "kernel's OOM killer: out of memory"
+                    )
                 raise StubFailed(f"the stub process of {what} exited with code {code} before answering")
             for reply in reader.feed(data):
                 if reply["op"] == answer:

@@ -161,9 +161,8 @@ class SageMakerRoutes:
         location = locate_model(doc.get("url"), self.settings.model_root)
         registry = self.server.registry
         names = {target: location.model_dir, **location.companions}
-        in_use = [
-            n for n in names if n in registry.registered or n in registry.scan() or n in registry.models
-        ]
+        scanned = registry.scan()  # the repositories' models, and those registered by earlier loads
+        in_use = [n for n in names if n in scanned or ((e := registry.models.get(n)) is not None and e.serving())]
         if in_use:
             what = ", ".join(f"'{n}'" for n in in_use)
             raise Conflict(f"failed to register {what}: a model of that name is already registered or loaded")
