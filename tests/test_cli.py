@@ -775,7 +775,10 @@ def test_bad_memory_budget_is_refused(text: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--model-load-on-demand=true"], "--model-load-on-demand=true requires --model-control-mode=explicit"),
+        (
+            ["--model-load-on-demand=true"],
+            "--model-load-on-demand=true requires --model-control-mode=explicit",
+        ),
         (["--model-idle-unload-secs=5"], "--model-idle-unload-secs requires --model-control-mode=explicit"),
         (
             ["--allow-sagemaker=true", "--sagemaker-safe-port-range=9000-9100"],

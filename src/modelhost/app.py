@@ -181,7 +181,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
         if sagemaker is not None:
             # Served by this (the engine) process in every mode: its model API changes the registry.
-            sagemaker_routes = SageMakerRoutes(server, HttpRoutes(server, options.http_max_input_size), sagemaker)
+            sagemaker_routes = SageMakerRoutes(
+                server, HttpRoutes(server, options.http_max_input_size), sagemaker
+            )
             sagemaker_server, sagemaker_connections = await start_http_server(
                 sagemaker_routes, options.http_address, options.sagemaker_port, options.http_max_input_size
             )
@@ -201,7 +203,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
     except (OSError, FrontendStartError) as e:
         log.error("failed to start the server: %s", e)
-        await _stop(server, [http_server, sagemaker_server], connections, frontends, metrics_server, grpc_server, 0)
+        await _stop(
+            server, [http_server, sagemaker_server], connections, frontends, metrics_server, grpc_server, 0
+        )
         return 1
 
     stop = asyncio.Event()

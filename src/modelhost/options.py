@@ -185,7 +185,9 @@ def _safe_port_problems(options: ServerOptions) -> list[str]:
     low, high = options.sagemaker_safe_port_range
     problems: list[str] = []
     if not 0 < low <= high <= 65535:
-        return [f"--sagemaker-safe-port-range must be <low>-<high> with 0 < low <= high <= 65535, got {low}-{high}"]
+        return [
+            f"--sagemaker-safe-port-range must be <low>-<high> with 0 < low <= high <= 65535, got {low}-{high}"
+        ]
     for flag, enabled, port in (
         ("--http-port", options.allow_http, options.http_port),
         ("--grpc-port", options.allow_grpc, options.grpc_port),

@@ -717,7 +717,8 @@ class ModelRegistry:
         expected = self._last_size.get(name)
         if expected is None:
             expected = await asyncio.to_thread(files_size, model_dir / str(version))
-        self._check_fits(name, version, expected, "needs at least")  # hopeless: fail before unloading anything
+        # A load that could never fit fails here, before anything is unloaded for it.
+        self._check_fits(name, version, expected, "needs at least")
         await self._make_room(expected, besides=name)
         model = await self._build_measured(name, version, model_dir, config, backend)
         needed = model.stats.memory_bytes
@@ -730,7 +731,9 @@ class ModelRegistry:
             raise
         return model
 
-    def _check_fits(self, name: str, version: int, needed: int, verb: str, *, unloadable: bool = True) -> None:
+    def _check_fits(
+        self, name: str, version: int, needed: int, verb: str, *, unloadable: bool = True
+    ) -> None:
         """Raise OutOfMemory when `needed` more bytes cannot fit in the budget, even once every model that may
         be unloaded is (`unloadable`), or as things stand."""
         budget = self.settings.memory_budget
@@ -765,7 +768,12 @@ class ModelRegistry:
         if self.mode != "explicit" or entry.name in (besides, *self.pinned):
             return False
         serving = entry.serving()
-        if not serving or self._lock(entry.name).locked() or entry.config is None or is_ensemble(entry.config):
+        if (
+            not serving
+            or self._lock(entry.name).locked()
+            or entry.config is None
+            or is_ensemble(entry.config)
+        ):
             return False
         if any(v.model is not None and v.model.busy for v in serving):
             return False
@@ -970,8 +978,8 @@ class ModelRegistry:
         return True
 
     def index(self, ready_only: bool = False) -> list[dict[str, str | int]]:
-        """The repository index rows; a loaded version's also says what it takes in memory (`memory_bytes`,
-        modelhost's addition to Triton's fields)."""
+        """The repository index rows; under --model-memory-budget a loaded version's also says what it takes in
+        memory (`memory_bytes`, modelhost's addition to Triton's fields)."""
         rows: list[dict[str, str | int]] = []
         scanned = self.scan()
         names = set(self.models)
@@ -996,10 +1004,15 @@ class ModelRegistry:
             for version, ventry in entry.versions.items():
                 if ready_only and ventry.state != ModelState.READY:
                     continue
-                row: dict[str, str | int] = {"name": name, "version": str(version), "state": ventry.state.value}
+                row: dict[str, str | int] = {
+                    "name": name,
+                    "version": str(version),
+                    "state": ventry.state.value,
+                }
                 if ventry.reason:
                     row["reason"] = ventry.reason
-                if ventry.model is not None:
+                if ventry.model is not None and self.settings.memory_budget is not None:
+                    # Only under a budget: rows stay exactly Triton's otherwise (clients compare them whole).
                     row["memory_bytes"] = ventry.model.stats.memory_bytes
                 rows.append(row)
         return rows

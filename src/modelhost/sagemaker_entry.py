@@ -61,6 +61,8 @@ Variables (empty counts as unset):
   SAGEMAKER_TRITON_ADDITIONAL_ARGS              more serve options, split at whitespace (quotes stay literal)
   SAGEMAKER_TRITON_TENSORFLOW_VERSION           left out: modelhost has no TensorFlow backend
   SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING    left out: modelhost does not namespace model names
+  MODELHOST_SAGEMAKER_MODEL_DIR                 modelhost only: use this directory instead of /opt/ml/model
+  MODELHOST_SAGEMAKER_MODEL_ROOT                modelhost only: the MME model urls' root instead of /opt/ml/models
 """
 
 
@@ -272,7 +274,9 @@ def main(argv: Sequence[str], serve: Callable[[list[str]], int]) -> int:
     dry_run = "--dry-run" in args
     args = [arg for arg in args if arg != "--dry-run"]
     try:
-        launch = sagemaker_launch(os.environ, model_dir=SINGLE_MODEL_DIR, multi_model_dir=MULTI_MODEL_DIR)
+        # MODELHOST_SAGEMAKER_MODEL_DIR: where /opt/ml/model is (tests, or a container that mounts it elsewhere).
+        model_dir = Path(os.environ.get("MODELHOST_SAGEMAKER_MODEL_DIR") or SINGLE_MODEL_DIR)
+        launch = sagemaker_launch(os.environ, model_dir=model_dir, multi_model_dir=MULTI_MODEL_DIR)
     except SageMakerEntryError as error:
         print(error, file=sys.stderr)
         return 1

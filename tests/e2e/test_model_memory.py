@@ -28,7 +28,7 @@ MODEL_MIB = 160
 # Two models of MODEL_MIB and their stub processes fit; a third does not.
 BUDGET = 2 * MODEL_MIB * MIB + 150 * MIB
 
-HOLDER = '''
+HOLDER = """
 import json
 import os
 import signal
@@ -56,12 +56,13 @@ class TritonPythonModel:
             pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
             for r in requests
         ]
-'''
+"""
 
 
 def _holder(repo: Path, name: str, **setting: str) -> None:
     parameters = "".join(
-        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n' for key, value in setting.items()
+        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n'
+        for key, value in setting.items()
     )
     (repo / name / "1").mkdir(parents=True)
     (repo / name / "1" / "model.py").write_text(HOLDER)

@@ -47,7 +47,9 @@ def test_the_ensemble_among_several_with_its_companions(tmp_path: Path) -> None:
 
 def test_a_subdirectory_in_the_url(tmp_path: Path) -> None:
     _model(tmp_path / "abc" / "model" / "v2")
-    assert locate_model(f"{tmp_path}/abc/model/v2", str(tmp_path)).model_dir == tmp_path / "abc" / "model" / "v2"
+    assert (
+        locate_model(f"{tmp_path}/abc/model/v2", str(tmp_path)).model_dir == tmp_path / "abc" / "model" / "v2"
+    )
 
 
 @pytest.mark.parametrize(

@@ -210,7 +210,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def _head(self, response: HttpResponse, length: str, keep_alive: bool) -> bytes:
         reason = _REASONS.get(response.status, "")
-        head = [f"HTTP/1.1 {response.status} {reason}\r\nContent-Type: {response.content_type}\r\n{length}\r\n"]
+        head = [
+            f"HTTP/1.1 {response.status} {reason}\r\nContent-Type: {response.content_type}\r\n{length}\r\n"
+        ]
         for name, value in response.headers:
             head.append(f"{name}: {value}\r\n")
         if not keep_alive:

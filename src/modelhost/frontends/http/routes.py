@@ -327,7 +327,12 @@ class HttpRoutes:
             return _method_not_allowed()
         model = await self.server.model_for_request(name, version)
         generate_request = decode_generate_request(
-            self._body(request), name, version, model.inputs, model.max_batch_size, max_input_size=self.max_input_size
+            self._body(request),
+            name,
+            version,
+            model.inputs,
+            model.max_batch_size,
+            max_input_size=self.max_input_size,
         )
         if parameters:
             generate_request.parameters.update(parameters)

@@ -162,7 +162,9 @@ class SageMakerRoutes:
         registry = self.server.registry
         names = {target: location.model_dir, **location.companions}
         scanned = registry.scan()  # the repositories' models, and those registered by earlier loads
-        in_use = [n for n in names if n in scanned or ((e := registry.models.get(n)) is not None and e.serving())]
+        in_use = [
+            n for n in names if n in scanned or ((e := registry.models.get(n)) is not None and e.serving())
+        ]
         if in_use:
             what = ", ".join(f"'{n}'" for n in in_use)
             raise Conflict(f"failed to register {what}: a model of that name is already registered or loaded")

@@ -31,13 +31,17 @@ class TritonPythonModel:
         params = json.loads(request.parameters() or "{}")
         prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy()
         stream = bool(pb_utils.get_input_tensor_by_name(request, "STREAM").as_numpy().flatten()[0])
-        echo = pb_utils.Tensor("PARAMS", np.array([json.dumps(params, sort_keys=True).encode()], dtype=np.object_))
+        echo = pb_utils.Tensor(
+            "PARAMS", np.array([json.dumps(params, sort_keys=True).encode()], dtype=np.object_)
+        )
         return params, prompt, stream, echo
 
     def exec_one(self, request):
         params, prompt, stream, echo = self.read(request)
         if stream:
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError("STREAM only supported in decoupled mode"))
+            return pb_utils.InferenceResponse(
+                error=pb_utils.TritonError("STREAM only supported in decoupled mode")
+            )
         text = pb_utils.Tensor("TEXT", np.repeat(prompt, int(params.get("REPETITION", 1)), axis=1))
         return pb_utils.InferenceResponse(output_tensors=[text, echo])
 
