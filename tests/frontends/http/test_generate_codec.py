@@ -227,7 +227,7 @@ def test_an_empty_array_adds_an_input_without_dims_or_data() -> None:
             "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
         ),
         ({"input_ids": [[1, 2]]}, "Unable to parse 'data': Shape does not match true shape of 'data' field"),
-        ({"PROMPT": [["a"]]}, "Unable to parse 'data': Shape does not match true shape of 'data' field"),
+        ({"PROMPT": [["a", "b"]]}, "Unable to parse 'data': Shape does not match true shape of 'data' field"),
         (
             {"PARAMS": {"P0": 0}},
             "parameter 'PARAMS' has invalid type. It should be either 'int', 'bool', or 'string'.",
@@ -483,3 +483,15 @@ def test_flag_only_responses() -> None:
     errored = _response([], parameters={FINAL_RESPONSE: True})
     errored.error = InvalidArgument("x")
     assert not is_flag_only(errored)
+
+
+def test_a_nested_array_with_as_many_elements_as_its_outer_array_is_read() -> None:
+    request = _decode(b'{"PROMPT": [["a"]], "STREAM": [[true]]}')
+    assert [t.data.ravel().tolist() for t in request.inputs] == [[b"a"], [True]]
+
+
+def test_a_number_too_big_for_a_double_is_refused() -> None:
+    _fails(
+        b'{"PROMPT": "a", "x": 1e400}',
+        "failed to parse the request JSON buffer: Number too big to be stored in double.",
+    )

@@ -11,6 +11,7 @@ messages, which its tests and clients match on.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -64,11 +65,39 @@ def _parse(body: bytes) -> Any:
             f"failed to parse the request JSON buffer: The document is empty. at {len(body)}"
         )
     try:
-        return json.loads(body, object_pairs_hook=_Object)
+        return json.loads(body, object_pairs_hook=_Object, parse_float=_finite_float)
     except json.JSONDecodeError as e:
         raise InvalidArgument(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from e
     except (ValueError, RecursionError) as e:  # not UTF-8, an integer of thousands of digits, nested too deep
         raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from e
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number literal as a double; rapidjson refuses one too big for a double (1e400) while parsing."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError("Number too big to be stored in double.")
+    return value
+
+
+def _flat(value: list[Any]) -> list[Any]:
+    """A nested array's elements in order. Triton reads them when they are as many as the outer array has
+    (`[["hello"]]`, one element); any other count is a shape it cannot read."""
+    if not any(isinstance(item, list) for item in value):
+        return value
+    flat: list[Any] = []
+    todo = [iter(value)]
+    while todo:
+        for item in todo[-1]:
+            if isinstance(item, list):
+                todo.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            todo.pop()
+    if len(flat) != len(value):
+        raise _data_error("Shape does not match true shape of 'data' field")
+    return flat
 
 
 def _double(value: int | float) -> float:
@@ -230,7 +259,7 @@ class _Decoder:
         if name in self.seen:
             raise InvalidArgument(id_prefix(self.request.id) + f"input '{name}' already exists in request")
         self.seen.add(name)
-        items = value if isinstance(value, list) else [value]
+        items = _flat(value) if isinstance(value, list) else [value]
         datatype = spec.datatype
         if datatype == "BYTES":
             strings, size = _strings(items)
@@ -321,7 +350,20 @@ def encode_generate_response(response: InferenceResponse) -> bytes:
     for tensor in response.outputs:
         if tensor.name not in entries:
             entries[tensor.name] = _output_value(tensor)
-    return orjson.dumps({key: entries[key] for key in sorted(entries)}, option=orjson.OPT_SERIALIZE_NUMPY)
+    ordered = {key: entries[key] for key in sorted(entries)}
+    if any(_non_finite(value) for value in ordered.values()):
+        # orjson writes NaN and the infinities as null, losing them; Triton writes the literals its parser reads.
+        plain = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in ordered.items()}
+        return json.dumps(plain, allow_nan=True, separators=(",", ":")).encode()
+    return orjson.dumps(ordered, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return not bool(np.isfinite(value).all())
+    return False
 
 
 def is_flag_only(response: InferenceResponse) -> bool:
