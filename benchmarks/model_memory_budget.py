@@ -5,7 +5,7 @@
 model) in a temp repository, served by one modelhost in explicit mode with `--model-load-on-demand=true`:
 
 1. sizing: a server without a budget loads one model (it also pays ONNX Runtime's one-time initialization),
-   then `--sizing-models` more; the median of their `memory_bytes` (repository index) is one model's worth,
+   then `--sizing-models` more; the median of their `memory_bytes` (statistics) is one model's worth,
    and the budget is `(--fit + 0.5)` models' worth: `--fit` models fit with room for the measurement's noise,
    `--fit + 1` never do.
 2. budget: a server with `--model-memory-budget=<that>` gets a Zipf-like mix (probability of the model of
@@ -13,20 +13,24 @@ model) in a temp repository, served by one modelhost in explicit mode with `--mo
    with a keep-alive HTTP/1.1 connection, closed loop, `--requests` in all, binary input, JSON output checked
    against numpy's answer for that model's weights (a wrong model or version would show).
 3. no budget: the same mix on a server without a budget (every model requested stays loaded).
+4. with `--budget-env KEY=VALUE`: the budget run again with that in the server's environment (`budget+env`),
+   e.g. `MALLOC_MMAP_THRESHOLD_=131072` (glibc then serves large blocks with mmap and unmaps them on free).
 
 While each run goes, a thread samples the RSS of the server's process tree (/proc/<pid>/statm of the server
-and its descendants) every 50 ms and `POST /v2/repository/index` every 200 ms (loaded versions and the sum of
-their `memory_bytes`).
+and its descendants) every 50 ms and `GET /v2/models/stats` every 200 ms (the ready versions and the sum of
+their `memory_bytes`, `memory_usage` in the statistics).
 
 Cold or warm: from the server's log (default format, microsecond timestamps on the same wall clock as the
 client's `time.time()`), each model's READY intervals are rebuilt: from "successfully loaded 'X'" to the next
 "unloading 'X' ... to make room". A request is cold when its model was not in a READY interval when the client
-sent it. Requests sent within `--boundary-ms` of a transition of their model are counted as `ambiguous` (a
-request takes a fraction of a millisecond to reach the server). As a check, the server's own `cold_start.count`
-of each version loaded at the end (that version's count only: the statistics start afresh with each load) is
-compared with the requests the log classifies as cold for that load.
+sent it. Requests sent within `--boundary-ms` of one of their model's READY edges are counted as `ambiguous`
+(a request takes a fraction of a millisecond to reach the server), except those answered before the unload
+began. As a check, the server's own `cold_start.count` of each version loaded at the end (that version's
+count only: the statistics start afresh with each load) is compared with the requests the log classifies as
+cold for that load.
 
-    .venv/bin/python benchmarks/model_memory_budget.py                    # ~2 minutes
+    .venv/bin/python benchmarks/model_memory_budget.py                    # about 45 s on 2 cores
+    .venv/bin/python benchmarks/model_memory_budget.py --budget-env MALLOC_MMAP_THRESHOLD_=131072
     .venv/bin/python benchmarks/model_memory_budget.py --requests 1000 --skip-unbudgeted
 """
 
@@ -147,14 +151,22 @@ def tree_rss(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def running_server(repo: Path, workdir: Path, label: str, *flags: str) -> Iterator[Server]:
+def running_server(
+    repo: Path, workdir: Path, label: str, *flags: str, env: dict[str, str] | None = None
+) -> Iterator[Server]:
     ports = Ports.pick()
     cmd = [
         DEFAULT_MODELHOST_CMD, "serve", f"--model-repository={repo}", "--model-control-mode=explicit",
         "--allow-grpc=false", f"--http-port={ports.http}", f"--metrics-port={ports.metrics}", *flags,
     ]  # fmt: skip
     server = Server("modelhost", cmd, ports, workdir / f"server-{label}.log")
-    server.start()
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        server.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     try:
         server.wait_ready([])
         yield server
@@ -173,10 +185,14 @@ def get_json(server: Server, path: str) -> Any:
         return json.loads(response.read())
 
 
-def loaded_memory(index: list[dict[str, Any]]) -> tuple[int, int]:
-    """(versions holding memory, sum of their memory_bytes) from repository index rows."""
-    rows = [row for row in index if "memory_bytes" in row]
-    return len(rows), sum(int(row["memory_bytes"]) for row in rows)
+def loaded_memory(server: Server) -> dict[str, int]:
+    """memory_bytes of every ready model version, from the statistics (`memory_usage`, type CPU): present with
+    or without a budget, where the repository index shows `memory_bytes` only under one."""
+    sizes: dict[str, int] = {}
+    for row in get_json(server, "/v2/models/stats")["model_stats"]:
+        cpu = [int(u["byte_size"]) for u in row.get("memory_usage", []) if u.get("type") == "CPU"]
+        sizes[f"{row['name']}/{row['version']}"] = sum(cpu)
+    return sizes
 
 
 # -- sizing ----------------------------------------------------------------------------------------------------
@@ -211,13 +227,13 @@ def size_models(repo: Path, workdir: Path, count: int, x: np.ndarray) -> dict[st
         for i in range(count + 1):
             post_json(server, f"/v2/repository/models/{model_name(i)}/load")
             rss_after.append(tree_rss(server.proc.pid))
-        index = post_json(server, "/v2/repository/index")
+        loaded = loaded_memory(server)
         first_inference: list[int] = []
         for i in range(count + 1):
             before = tree_rss(server.proc.pid)
             infer_once(server, i, x)
             first_inference.append(tree_rss(server.proc.pid) - before)
-    sizes = {row["name"]: int(row["memory_bytes"]) for row in index if "memory_bytes" in row}
+    sizes = {key.split("/")[0]: value for key, value in loaded.items()}
     first = sizes[model_name(0)]
     others = [sizes[model_name(i)] for i in range(1, count + 1)]
     per_model = int(statistics.median(others))
@@ -251,7 +267,8 @@ class Result:
 @dataclass(slots=True)
 class Samples:
     rss: list[tuple[float, int]] = field(default_factory=list)
-    index: list[tuple[float, int, int]] = field(default_factory=list)  # (t, loaded versions, memory_bytes)
+    # (t, ready versions, the sum of their memory_bytes)
+    models: list[tuple[float, int, int]] = field(default_factory=list)
 
 
 def zipf_sequence(models: int, requests: int, s: float, seed: int) -> tuple[list[int], list[float]]:
@@ -340,7 +357,7 @@ def drive(
 
 @contextlib.contextmanager
 def sampling(
-    server: Server, samples: Samples, rss_every_s: float = 0.05, index_every: int = 4
+    server: Server, samples: Samples, rss_every_s: float = 0.05, stats_every: int = 4
 ) -> Iterator[None]:
     assert server.proc is not None
     pid = server.proc.pid
@@ -350,10 +367,10 @@ def sampling(
         tick = 0
         while not stop.is_set():
             samples.rss.append((time.time(), tree_rss(pid)))
-            if tick % index_every == 0:
+            if tick % stats_every == 0:
                 with contextlib.suppress(OSError, ValueError):
-                    loaded, memory = loaded_memory(post_json(server, "/v2/repository/index"))
-                    samples.index.append((time.time(), loaded, memory))
+                    sizes = loaded_memory(server)
+                    samples.models.append((time.time(), len(sizes), sum(sizes.values())))
             tick += 1
             stop.wait(rss_every_s)
 
@@ -534,12 +551,13 @@ def run_mix(
     x: np.ndarray,
     expected: dict[int, np.ndarray],
     budget: int | None,
+    env: dict[str, str],
 ) -> dict[str, Any]:
     flags = ["--model-load-on-demand=true"]
     if budget is not None:
         flags.append(f"--model-memory-budget={budget}")
     samples = Samples()
-    with running_server(repo, workdir, label, *flags) as server:
+    with running_server(repo, workdir, label, *flags, env=env) as server:
         assert server.proc is not None
         time.sleep(0.5)
         baseline = tree_rss(server.proc.pid)
@@ -561,12 +579,12 @@ def run_mix(
     second_half = [r for r in results[half:] if r.ok]
     counts = {kind: sum(1 for e in events if e.kind == kind) for kind in _EVENTS}
     rss = [value for _, value in samples.rss]
-    memory = [value for _, _, value in samples.index]
-    loaded_counts = [value for _, value, _ in samples.index]
+    memory = [value for _, _, value in samples.models]
+    loaded_counts = [value for _, value, _ in samples.models]
     limit = baseline + budget if budget is not None else None
     # What the process tree holds beyond the baseline and the models' measured memory, over the run.
     unaccounted: list[tuple[float, int]] = []
-    for t, loaded_bytes in ((t, m) for t, _, m in samples.index):
+    for t, loaded_bytes in ((t, m) for t, _, m in samples.models):
         near = min(samples.rss, key=lambda s: abs(s[0] - t))
         unaccounted.append((t, near[1] - baseline - loaded_bytes))
     t0 = samples.rss[0][0] if samples.rss else 0.0
@@ -577,6 +595,7 @@ def run_mix(
     summary: dict[str, Any] = {
         "label": label,
         "command": command,
+        "env": env,
         "budget_bytes": budget,
         "requests": len(results),
         "failed": len(results) - len(ok),
@@ -610,12 +629,12 @@ def run_mix(
         "rss_max_at_s": round(max(samples.rss, key=lambda v: v[1])[0] - t0, 2) if samples.rss else None,
         "rss_bytes_at": {f"{int(f * 100)}%": at_fraction(samples.rss, f) for f in FRACTIONS},
         "memory_bytes_sum_at": {
-            f"{int(f * 100)}%": at_fraction([(t, m) for t, _, m in samples.index], f) for f in FRACTIONS
+            f"{int(f * 100)}%": at_fraction([(t, m) for t, _, m in samples.models], f) for f in FRACTIONS
         },
         "unaccounted_bytes_at": {f"{int(f * 100)}%": at_fraction(unaccounted, f) for f in FRACTIONS},
         "samples": {
             "rss": [(round(t - t0, 2), v) for t, v in samples.rss[::4]],
-            "index": [(round(t - t0, 2), n, m) for t, n, m in samples.index],
+            "models": [(round(t - t0, 2), n, m) for t, n, m in samples.models],
         },
     }
     return summary
@@ -639,23 +658,25 @@ def print_summary(results: dict[str, Any]) -> None:
         f"Zipf s={results['zipf_s']}: the {results['fit']} most likely models get {results['top_fit_mass']:.1%}"
     )
     header = (
-        f"{'run':<10} {'req':>5} {'fail':>4} {'hit':>6} {'hit2':>6} {'warm p50':>8} {'p99':>7} {'cold p50':>8} "
-        f"{'p99':>7} {'loads':>5} {'unl':>4} {'sum mem':>8} {'base':>6} {'rss max':>8} {'limit':>7}"
+        f"{'run':<11} {'req':>5} {'fail':>4} {'hit':>6} {'hit2':>6} {'warm p50':>8} {'p99':>7} {'cold p50':>8} "
+        f"{'p99':>7} {'loads':>5} {'unl':>4} {'sum mem':>8} {'base':>6} {'rss p50':>8} {'rss max':>8} {'limit':>7}"
     )
     print(header)
     print("-" * len(header))
     for run in results["runs"].values():
         print(
-            f"{run['label']:<10} {run['requests']:>5} {run['failed']:>4} {run['hit_rate']:>6.1%} "
+            f"{run['label']:<11} {run['requests']:>5} {run['failed']:>4} {run['hit_rate']:>6.1%} "
             f"{run['hit_rate_second_half']:>6.1%} {run['warm']['p50_ms']!s:>8} {run['warm']['p99_ms']!s:>7} "
             f"{run['cold']['p50_ms']!s:>8} {run['cold']['p99_ms']!s:>7} {run['log_events']['load_start']:>5} "
             f"{run['log_events']['unload_start']:>4} {mib(run['memory_bytes_sum_max']):>8} "
-            f"{mib(run['baseline_rss_bytes']):>6} {mib(run['rss_max_bytes']):>8} {mib(run['rss_limit_bytes']):>7}"
+            f"{mib(run['baseline_rss_bytes']):>6} {mib(run['rss_median_second_half_bytes']):>8} "
+            f"{mib(run['rss_max_bytes']):>8} {mib(run['rss_limit_bytes']):>7}"
         )
     print(
         "(hit2: hit rate over the second half of the requests; sizes in MiB; sum mem: max of the sampled sum"
     )
-    print(" of the loaded versions' memory_bytes; limit: baseline RSS + budget)")
+    print(" of the loaded versions' memory_bytes; rss p50: median over the second half of the run;")
+    print(" limit: baseline RSS + budget)")
 
 
 def main() -> None:
@@ -673,6 +694,13 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=None, help="bytes (default: sized as above)")
     p.add_argument("--boundary-ms", type=float, default=2.0)
     p.add_argument("--skip-unbudgeted", action="store_true")
+    p.add_argument(
+        "--budget-env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="also run the budget with this in the server's environment (repeatable), e.g. "
+        "MALLOC_MMAP_THRESHOLD_=131072; labelled 'budget+env'",
+    )
     p.add_argument("--keep-logs", type=Path, default=None, help="copy the server logs into this directory")
     p.add_argument("--output", type=Path, default=None)
     args = p.parse_args()
@@ -710,12 +738,16 @@ def main() -> None:
         results["budget_bytes"] = budget
         log(f"sizing: {json.dumps(sizing)}; budget {budget} bytes")
 
+        runs: list[tuple[str, int | None, dict[str, str]]] = [("budget", budget, {})]
+        if not args.skip_unbudgeted:
+            runs.append(("no-budget", None, {}))
+        if args.budget_env:
+            env = dict(item.split("=", 1) for item in args.budget_env)
+            runs.append(("budget+env", budget, env))
         results["runs"] = {}
-        for label, run_budget in (("budget", budget), ("no-budget", None)):
-            if label == "no-budget" and args.skip_unbudgeted:
-                continue
+        for label, run_budget, env in runs:
             log(f"run '{label}': {args.requests} requests from {args.clients} clients")
-            run = run_mix(label, repo, workdir, sequence, args, x, expected, run_budget)
+            run = run_mix(label, repo, workdir, sequence, args, x, expected, run_budget, env)
             results["runs"][label] = run
             brief = {k: v for k, v in run.items() if k not in ("samples", "command")}
             log(f"{label}: {json.dumps(brief)}")

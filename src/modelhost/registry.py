@@ -154,13 +154,12 @@ def _instance_plan(config: Any, gpu_count: int) -> list[tuple[Any, int, int]]:
 
 def _load_error(name: str, version: int, error: BaseException) -> ModelhostError:
     """A fault while loading a version as the error that fails it: out of memory where it says so."""
-    if isinstance(error, ModelhostError) and not isinstance(error, OutOfMemory):
-        message = str(error)
-        return OutOfMemory(message) if is_out_of_memory(message) else error
-    if isinstance(error, MemoryError):
-        return OutOfMemory(f"MemoryError: out of memory while loading '{name}' version {version}")
     if isinstance(error, OutOfMemory):
         return error
+    if isinstance(error, MemoryError):
+        return OutOfMemory(f"MemoryError: out of memory while loading '{name}' version {version}")
+    if isinstance(error, ModelhostError):
+        return OutOfMemory(str(error)) if is_out_of_memory(str(error)) else error
     log.exception("failed to load '%s' version %d", name, version, exc_info=error)
     message = f"{type(error).__name__}: {error}"
     return OutOfMemory(message) if is_out_of_memory(message) else ModelhostError(message)
@@ -845,6 +844,9 @@ class ModelRegistry:
         started = time.monotonic_ns()
         async with self._lock(name):
             entry = self.models.get(name)
+            if entry is not None and entry.error and entry.seen == await self._look(scanned[name]):
+                # Its files have not changed since its config failed: the same answer, without loading again.
+                raise InvalidArgument(f"failed to load '{name}': {entry.error}")
             if entry is None or not entry.serving():
                 log.info("loading '%s' on demand", name)
                 await self._load(name, scanned, None)
