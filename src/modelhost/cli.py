@@ -29,7 +29,7 @@ from typing import Any, Literal, NoReturn
 
 import modelhost
 from modelhost.logs import LOGGER_NAME, configure_logging
-from modelhost.options import ServerOptions, auto_frontend_processes, parse_address
+from modelhost.options import ServerOptions, auto_frontend_processes, bool_or_none, parse_address
 
 log = logging.getLogger(f"{LOGGER_NAME}.cli")
 
@@ -99,8 +99,8 @@ class Flag:
     def accepts(self, raw: str) -> bool:
         """Whether a refused flag's value is one that modelhost honours by what it does anyway."""
         if self.kind == "bool":
-            value = _bool_or_none(raw)
-            return value is not None and any(value == _bool_or_none(a) for a in self.accepted)
+            value = bool_or_none(raw)
+            return value is not None and any(value == bool_or_none(a) for a in self.accepted)
         if self.kind == "int":
             number = _int_or_none(raw)
             return number is not None and number in {_int_or_none(a) for a in self.accepted}
@@ -407,8 +407,6 @@ FLAGS: tuple[Flag, ...] = (
 
 FLAGS_BY_NAME: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
 
-_TRUE = frozenset({"true", "on", "1"})
-_FALSE = frozenset({"false", "off", "0"})
 _INT = re.compile(r"[+-]?[0-9]+")
 
 # --backend-config values: (backend ("" = global), setting, value)
@@ -648,8 +646,8 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             if not flag.accepts(raw):
                 raise CliError(flag.refusal())
             continue
-        if name == "log-verbose" and _bool_or_none(raw) is not None:
-            raw = str(int(bool(_bool_or_none(raw))))  # tritonserver takes true/false for 1/0 here too
+        if name == "log-verbose" and bool_or_none(raw) is not None:
+            raw = str(int(bool(bool_or_none(raw))))  # tritonserver takes true/false for 1/0 here too
         value = _convert(flag, raw)  # an ignored flag's value is checked too
         if flag.status is Status.IGNORED:
             notes.append((logging.INFO, f"{flag.option} is ignored: {flag.note}"))
@@ -727,7 +725,7 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
 
 def _convert(flag: Flag, raw: str) -> bool | int | float | str:
     if flag.kind == "bool":
-        value = _bool_or_none(raw)
+        value = bool_or_none(raw)
         if value is None:
             raise CliError(f"{flag.option}: invalid boolean value {raw!r} (use true/false, on/off or 1/0)")
         return value
@@ -744,15 +742,6 @@ def _convert(flag: Flag, raw: str) -> bool | int | float | str:
     if flag.kind == "address":
         return parse_address(raw)
     return raw
-
-
-def _bool_or_none(raw: str) -> bool | None:
-    lowered = raw.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    return None
 
 
 def _int_or_none(raw: str) -> int | None:

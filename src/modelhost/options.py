@@ -53,6 +53,20 @@ def parse_address(text: str) -> str:
     return host
 
 
+_TRUE = frozenset({"true", "on", "1"})
+_FALSE = frozenset({"false", "off", "0"})
+
+
+def bool_or_none(raw: str) -> bool | None:
+    """A boolean as tritonserver's flags take it (true/false, on/off, 1/0, any case); None for anything else."""
+    lowered = raw.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    return None
+
+
 @dataclass(slots=True, frozen=True, kw_only=True)
 class ServerOptions:
     # Empty: the caller substitutes the bundled example repository (`modelhost serve` does).

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelhost.options import bool_or_none
+
 SINGLE_MODEL_DIR = Path("/opt/ml/model")
 MULTI_MODEL_DIR = Path("/tmp/sagemaker")  # a placeholder repository: MME models are registered one by one
 INFERENCE_TYPES = ("infer", "generate", "generate_stream")
@@ -22,8 +24,6 @@ INFERENCE_TYPES = ("infer", "generate", "generate_stream")
 SHM_DEFAULT_BYTE_SIZE = "16777216"  # 16 MiB
 SHM_GROWTH_BYTE_SIZE = "1048576"  # 1 MiB
 
-_TRUE = frozenset({"true", "on", "1"})
-_FALSE = frozenset({"false", "off", "0"})
 
 HELP = """\
 usage: modelhost sagemaker [--dry-run] [serve options...]
@@ -95,8 +95,7 @@ def sagemaker_launch(
     exits 1, in the script's order and words.
 
     As the script: a variable set to "" counts as unset; values are passed on as they are (modelhost serve checks
-    them), but for SAGEMAKER_TRITON_LOG_VERBOSE true/false, passed as 1/0 (tritonserver reads --log-verbose=true
-    as 1; modelhost's --log-verbose takes only numbers). Unlike the script, a value is one argument even if it
+    them; --log-verbose takes true/false as 1/0, as tritonserver does). Unlike the script, a value is one argument even if it
     holds spaces, and nothing is glob-expanded; SAGEMAKER_TRITON_ADDITIONAL_ARGS is split at whitespace, without
     quote processing, as bash splits it.
     """
@@ -132,7 +131,7 @@ def sagemaker_launch(
     flag("--grpc-port", "SAGEMAKER_TRITON_GRPC_PORT")
     flag("--buffer-manager-thread-count", "SAGEMAKER_TRITON_BUFFER_MANAGER_THREAD_COUNT")
     flag("--sagemaker-thread-count", "SAGEMAKER_TRITON_THREAD_COUNT")
-    argv.append(f"--log-verbose={_log_verbose(get('SAGEMAKER_TRITON_LOG_VERBOSE') or 'true')}")
+    argv.append(f"--log-verbose={get('SAGEMAKER_TRITON_LOG_VERBOSE') or 'true'}")
     flag("--log-info", "SAGEMAKER_TRITON_LOG_INFO")
     flag("--log-warning", "SAGEMAKER_TRITON_LOG_WARNING")
     flag("--log-error", "SAGEMAKER_TRITON_LOG_ERROR")
@@ -176,7 +175,7 @@ def sagemaker_launch(
         model = _default_model(model_dir, get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"), notes)
         argv.append(f"--load-model={model}")
         environ_out["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = model
-    if namespacing is not None and _bool_or_none(namespacing) is None:
+    if namespacing is not None and bool_or_none(namespacing) is None:
         # tritonserver itself refuses the value; left out here, it would pass unnoticed.
         raise SageMakerEntryError(
             f"ERROR: Invalid SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING '{namespacing}' "
@@ -192,7 +191,7 @@ def _namespacing_note(namespacing: str | None) -> str:
     )
     if namespacing is None:
         return f"NOTE: --model-namespacing=true left out (the script's default): {why}"
-    if _bool_or_none(namespacing) is False:
+    if bool_or_none(namespacing) is False:
         return (
             f"NOTE: --model-namespacing={namespacing} left out "
             f"(SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING={namespacing}): it is what modelhost does anyway."
@@ -235,21 +234,6 @@ def _model_directories(model_dir: Path) -> list[str]:
     except OSError:
         return []
     return sorted(entry.name for entry in entries if entry.is_dir(follow_symlinks=False))
-
-
-def _log_verbose(raw: str) -> str:
-    """tritonserver's ParseIntBoolOption: true/false (any case) are 1/0; anything else goes on as is."""
-    lowered = raw.lower()
-    return {"true": "1", "false": "0"}.get(lowered, raw)
-
-
-def _bool_or_none(raw: str) -> bool | None:
-    lowered = raw.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    return None
 
 
 def _gpu_count() -> int:

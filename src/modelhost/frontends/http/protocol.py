@@ -223,17 +223,8 @@ class HttpProtocol(asyncio.Protocol):
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
         if self.transport is None or self.closing:
             return
-        reason = _REASONS.get(response.status, "")
-        head = [
-            f"HTTP/1.1 {response.status} {reason}\r\n"
-            f"Content-Type: {response.content_type}\r\nContent-Length: {len(response.body)}\r\n"
-        ]
-        for name, value in response.headers:
-            head.append(f"{name}: {value}\r\n")
-        if not keep_alive:
-            head.append("Connection: close\r\n")
-        head.append("\r\n")
-        self.transport.writelines([("".join(head)).encode("latin-1"), response.body])
+        head = self._head(response, f"Content-Length: {len(response.body)}", keep_alive)
+        self.transport.writelines([head, response.body])
 
     def _fail(self, status: int, message: str) -> None:
         log.info("closing a connection: %s", message)
