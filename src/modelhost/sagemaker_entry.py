@@ -96,8 +96,8 @@ def sagemaker_launch(
 
     As the script: a variable set to "" counts as unset; values are passed on as they are (modelhost serve checks
     them; --log-verbose takes true/false as 1/0, as tritonserver does). Unlike the script, a value is one
-    argument even if it holds spaces, and nothing is glob-expanded; SAGEMAKER_TRITON_ADDITIONAL_ARGS is split at whitespace, without
-    quote processing, as bash splits it.
+    argument even if it holds spaces, and nothing is glob-expanded; SAGEMAKER_TRITON_ADDITIONAL_ARGS is split at
+    whitespace, without quote processing, as bash splits it.
     """
 
     def get(name: str) -> str | None:
