@@ -184,10 +184,13 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             sagemaker_routes = SageMakerRoutes(
                 server, HttpRoutes(server, options.http_max_input_size), sagemaker
             )
-            sagemaker_server, sagemaker_connections = await start_http_server(
-                sagemaker_routes, options.http_address, options.sagemaker_port, options.http_max_input_size
+            sagemaker_server, _ = await start_http_server(
+                sagemaker_routes,
+                options.http_address,
+                options.sagemaker_port,
+                options.http_max_input_size,
+                connections=connections,  # closed at shutdown with the HTTP endpoint's
             )
-            connections |= sagemaker_connections
             log.info("Started Sagemaker HTTPService at %s", _listen_addresses(sagemaker_server))
         if options.allow_metrics:
             polled, metrics_pollers = start_polled_metrics(options)

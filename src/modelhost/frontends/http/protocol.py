@@ -243,12 +243,18 @@ class HttpProtocol(asyncio.Protocol):
 
 
 async def start_http_server(
-    handler: Handler, host: str, port: int, max_body: int, *, reuse_port: bool = False
+    handler: Handler,
+    host: str,
+    port: int,
+    max_body: int,
+    *,
+    reuse_port: bool = False,
+    connections: set[HttpProtocol] | None = None,
 ) -> tuple[asyncio.Server, set[HttpProtocol]]:
     """`reuse_port`: SO_REUSEPORT, for frontend processes that all listen on one port (the kernel spreads the
-    connections over them)."""
+    connections over them). `connections`: the set open connections are kept in (one for several servers)."""
     loop = asyncio.get_running_loop()
-    connections: set[HttpProtocol] = set()
+    connections = set() if connections is None else connections
 
     def factory() -> HttpProtocol:
         return HttpProtocol(handler, max_body, connections)
