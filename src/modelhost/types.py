@@ -59,6 +59,28 @@ class InferenceRequest:
     trace: Any = None
 
 
+def request_from_wire(
+    model_name: str,
+    model_version: str,
+    request_id: str,
+    inputs: list[Tensor],
+    outputs: list[RequestedOutput],
+    params: Parameters,
+) -> InferenceRequest:
+    """A request as a frontend decoded it: Triton's reserved `priority` and `timeout` parameters become its
+    scheduling fields, and the reserved parameters stay out of `parameters` (HTTP and gRPC alike)."""
+    return InferenceRequest(
+        model_name=model_name,
+        model_version=model_version,
+        id=request_id,
+        inputs=inputs,
+        outputs=outputs,
+        priority=int(params.get("priority", 0)),
+        timeout_us=int(params.get("timeout", 0)),
+        parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
+    )
+
+
 @dataclass(slots=True)
 class InferenceResponse:
     model_name: str
@@ -79,4 +101,5 @@ __all__ = [
     "Parameters",
     "RequestedOutput",
     "Tensor",
+    "request_from_wire",
 ]

@@ -22,12 +22,12 @@ from modelhost.tensor_codec import (
     string_count_mismatch,
 )
 from modelhost.types import (
-    RESERVED_PARAMETERS,
     InferenceRequest,
     InferenceResponse,
     Parameters,
     RequestedOutput,
     Tensor,
+    request_from_wire,
 )
 
 # The InferTensorContents fields in the order Triton reads them, each with the datatype its values carry
@@ -101,6 +101,15 @@ def _parameters(params: Any) -> Parameters:
             raise _wrong_type(key, "int64_param, bool_param, or string_param")
         out[key] = parameter_value(param)
     return out
+
+
+def _check_input(name: str, datatype: str, tensor_params: Any) -> None:
+    """An input's own parameters hold no `triton_` key, and its datatype is one modelhost knows."""
+    for key in tensor_params:
+        if key.startswith("triton_"):
+            raise _triton_reserved(request_level=False)
+    if datatype not in WIRE_TO_NUMPY:
+        raise InvalidArgument(f"invalid datatype for input {name}")
 
 
 def _triton_reserved(request_level: bool = True) -> InvalidArgument:
@@ -245,11 +254,7 @@ def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
                     f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model "
                     f"'{model}'"
                 )
-            for key in tensor_params:
-                if key.startswith("triton_"):
-                    raise _triton_reserved(request_level=False)
-            if datatype not in WIRE_TO_NUMPY:
-                raise InvalidArgument(f"invalid datatype for input {name}")
+            _check_input(name, datatype, tensor_params)
             assert shm is not None
             shape = tensor.shape[:]
             view = shm.input(*window)
@@ -267,11 +272,7 @@ def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
             raise InvalidArgument(
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
-        for key in tensor_params:
-            if key.startswith("triton_"):
-                raise _triton_reserved(request_level=False)
-        if datatype not in WIRE_TO_NUMPY:
-            raise InvalidArgument(f"invalid datatype for input {name}")
+        _check_input(name, datatype, tensor_params)
         shape = tensor.shape[:]  # a list of Python ints
         if n_raw:
             # raw[i] is the one copy out of the message (upb hands bytes fields out as new bytes objects); numpy
@@ -304,16 +305,7 @@ def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
                 if count < 0:
                     raise InvalidArgument("invalid value for 'classification' parameter, expected >= 0")
         outputs.append(RequestedOutput(out.name, None, count))
-    return InferenceRequest(
-        model_name=model,
-        model_version=version,
-        id=request_id,
-        inputs=inputs,
-        outputs=outputs,
-        priority=int(params.get("priority", 0)),
-        timeout_us=int(params.get("timeout", 0)),
-        parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
-    )
+    return request_from_wire(model, version, request_id, inputs, outputs, params)
 
 
 def encode_response(response: InferenceResponse, shm: Lease | None = None) -> Any:

@@ -21,12 +21,12 @@ from modelhost.model import LoadedModel
 from modelhost.shared_memory import DISABLED, Lease
 from modelhost.tensor_codec import array_from_raw, element_count, id_prefix, raw_bytes
 from modelhost.types import (
-    RESERVED_PARAMETERS,
     InferenceRequest,
     InferenceResponse,
     Parameters,
     RequestedOutput,
     Tensor,
+    request_from_wire,
 )
 
 # The JSON type each reserved request parameter must have.
@@ -292,16 +292,7 @@ def decode_json_request(
             assert shm is not None
             shm.output(out_name, region, shm_offset, shm_size)
         outputs.append(RequestedOutput(out_name, want_binary, count))
-    request = InferenceRequest(
-        model_name=model_name,
-        model_version=version,
-        id=request_id,
-        inputs=inputs,
-        outputs=outputs,
-        priority=int(params.get("priority", 0)),
-        timeout_us=int(params.get("timeout", 0)),
-        parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
-    )
+    request = request_from_wire(model_name, version, request_id, inputs, outputs, params)
     return DecodedInfer(request, binary_all, shm)
 
 
