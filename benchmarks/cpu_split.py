@@ -51,7 +51,7 @@ def _role(pid: int, engine: int) -> str:
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     if b"modelhost.frontends.process" in cmdline:
         return "frontends"
-    return "python stubs" if b"python_backend" in cmdline or b"stub" in cmdline else "other children"
+    return "python stubs" if b"backends.python" in cmdline or b"stub" in cmdline else "other children"
 
 
 def _transport_share(raw: Path) -> tuple[float, int]:

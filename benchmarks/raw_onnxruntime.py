@@ -54,7 +54,7 @@ def modelhost_intra_op_threads(instances: int) -> int:
     """The intra-op threads modelhost's ONNX backend gives each session by default (no
     ``intra_op_thread_count`` in the config or --backend-config): its own function where importable."""
     try:
-        from modelhost.backends.onnxruntime import default_intra_op_threads
+        from modelhost.backends.cpu_threads import default_intra_op_threads
 
         return int(default_intra_op_threads(instances))
     except Exception:  # modelhost not importable (e.g. mid-edit): the same formula

@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.base import BackendServices
+from modelhost.backends.api import BackendServices
 from modelhost.ensemble.plan import EnsemblePlan
 from modelhost.ensemble.scheduler import EnsembleScheduler, fit_batch
 from modelhost.errors import InternalError, ModelConfigError

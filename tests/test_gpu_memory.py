@@ -20,8 +20,8 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost import gpu_memory
-from modelhost.backends import onnxruntime as ort_backend
-from modelhost.backends.base import BackendContext
+from modelhost.backends.onnxruntime import backend as ort_backend
+from modelhost.backends.api import BackendContext
 from modelhost.errors import Unavailable
 from modelhost.gpu_memory import (
     GpuMemory,
@@ -196,10 +196,10 @@ class FakeSession:
         FakeSession.made.append(weakref.ref(self))
 
     def get_inputs(self) -> list[Any]:
-        return [SimpleNamespace(name="INPUT0", type="tensor(float)")]
+        return [SimpleNamespace(name="INPUT0", type="tensor(float)", shape=[None, 4])]
 
     def get_outputs(self) -> list[Any]:
-        return [SimpleNamespace(name="OUTPUT0", type="tensor(float)")]
+        return [SimpleNamespace(name="OUTPUT0", type="tensor(float)", shape=[None, 4])]
 
 
 @pytest.fixture

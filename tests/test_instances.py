@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelhost.backends.base import Arrays
+from modelhost.backends.api import Arrays
 from modelhost.scheduling.instances import INLINE_MAX_INPUT_BYTES, InstancePool, Job
 
 

@@ -77,3 +77,27 @@ def test_no_import_cycles() -> None:
     modules = _modules()
     graph = {name: _imports(ast.parse(path.read_text()), modules) - {name} for name, path in modules.items()}
     assert _cycles(graph) == []
+
+
+# Backend packages under backends/ (each one backend) and the contract modules beside them.
+_BACKEND_PACKAGES = {p.name for p in (PACKAGE / "backends").iterdir() if (p / "__init__.py").is_file()}
+# The one reach into a backend from outside: client shared-memory registration refuses the region prefix the
+# python backend names its own regions with, which that backend's settings define.
+_ALLOWED_REACH = {("modelhost.app", "modelhost.backends.python.instance")}
+
+
+def test_backends_are_reached_only_through_the_registry() -> None:
+    """Adding a backend touches its own package and the registry's table, nothing else: no module outside a
+    backend package imports it (the registry names them as strings), and no backend imports another."""
+    modules = _modules()
+    reaches = []
+    for name, path in modules.items():
+        for imported in _imports(ast.parse(path.read_text()), modules):
+            parts = imported.split(".")
+            if len(parts) < 3 or parts[1] != "backends" or parts[2] not in _BACKEND_PACKAGES:
+                continue
+            own = name.split(".")[2] if name.startswith("modelhost.backends.") else None
+            if own != parts[2] and (name, imported) not in _ALLOWED_REACH:
+                reaches.append(f"{name} imports {imported}")
+    assert reaches == []
+    assert {"onnxruntime", "python"} <= _BACKEND_PACKAGES

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelhost.python_backend import pb_utils
+from modelhost.backends.python import pb_utils
 
 
 class FakeRuntime:

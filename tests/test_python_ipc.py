@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from modelhost.python_backend.ipc import (
+from modelhost.backends.python.ipc import (
     SHM_DIR,
     Arena,
     FrameReader,
@@ -113,7 +113,7 @@ def test_frames_split_across_reads() -> None:
 
 
 def test_segments_of_a_server_that_is_gone_are_swept() -> None:
-    from modelhost.python_backend import ipc
+    from modelhost.backends.python import ipc
 
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True

@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.base import Arrays
+from modelhost.backends.api import Arrays
 from modelhost.cli import main, parse_serve_args
 from modelhost.config import parse_config_text
 from modelhost.errors import ModelConfigError, Unavailable

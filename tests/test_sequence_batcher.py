@@ -17,7 +17,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.base import Arrays
+from modelhost.backends.api import Arrays
 from modelhost.errors import Cancelled, InternalError, InvalidArgument, ModelConfigError, Unavailable
 from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes
 from modelhost.scheduling.sequence_batcher import (

@@ -11,7 +11,7 @@ import signal
 from typing import cast
 
 from modelhost import TRITON_COMPAT_VERSION
-from modelhost.backends.base import BackendServices
+from modelhost.backends.api import BackendServices
 from modelhost.devices import gpu_count
 from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
@@ -70,7 +70,7 @@ def _rate_limiter(options: ServerOptions) -> RateLimiter | None:
 def _reserved_shm_prefixes(options: ServerOptions) -> tuple[str, ...]:
     """Keys no client may register: Triton's python backend prefix, and the one this server's python backend
     names its own shared memory with (--backend-config=python,shm-region-prefix-name=...)."""
-    from modelhost.python_backend.instance import StubSettings
+    from modelhost.backends.python.instance import StubSettings
 
     own = StubSettings.from_backend_config(options.backend_config.get("python", {})).shm_region_prefix_name
     return tuple(dict.fromkeys((RESERVED_PREFIX, own)))

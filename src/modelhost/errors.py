@@ -2,7 +2,8 @@
 
     ModelhostError                (400, INVALID_ARGUMENT)  base; also "unknown" errors from clients
     ├── InvalidArgument           (400, INVALID_ARGUMENT)  malformed or inconsistent requests
-    │   └── ModelConfigError      (400, INVALID_ARGUMENT)  an invalid config.pbtxt or override
+    │   ├── ModelConfigError      (400, INVALID_ARGUMENT)  an invalid config.pbtxt or override
+    │   └── BackendInvalidArgument (400, INVALID_ARGUMENT) a request the backend runtime refused
     ├── NotFound                  (404, NOT_FOUND)         unknown model, version, input, output
     ├── Unavailable               (503, UNAVAILABLE)       model not ready, shutting down
     │   └── Rejected              (503, UNAVAILABLE)       queue full, timed out while queued
@@ -41,6 +42,13 @@ class InvalidArgument(ModelhostError):
 
 class ModelConfigError(InvalidArgument):
     pass
+
+
+class BackendInvalidArgument(InvalidArgument):
+    """A request the backend's runtime refused while executing it (a shape or value the model cannot take):
+    400, counted as failure reason BACKEND as Triton counts every error that comes out of a backend."""
+
+    failure_reason = "BACKEND"
 
 
 class NotFound(ModelhostError):
@@ -100,6 +108,7 @@ class InternalError(ModelhostError):
 
 __all__ = [
     "AlreadyExists",
+    "BackendInvalidArgument",
     "Cancelled",
     "DecoupledModel",
     "InternalError",

@@ -18,10 +18,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from modelhost.custom_metrics import CustomMetrics
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response, start_http_server
 from modelhost.metrics_config import MetricsConfig, parse_metrics_config
 from modelhost.options import ServerOptions
-from modelhost.python_backend.custom_metrics import CustomMetrics
 from modelhost.stats import FIRST_RESPONSE_HISTOGRAM, ModelStats, Summary, metrics_config
 from modelhost.stats import configure_metrics as configure_stats
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from modelhost.backends.base import Arrays
+from modelhost.backends.api import Arrays
 from modelhost.classification import classify, read_labels
 from modelhost.errors import DecoupledModel, InvalidArgument
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from modelhost.backends.base import BackendContext, BackendServices, ModelInstance
+from modelhost.backends.api import BackendContext, BackendServices, ModelInstance
 from modelhost.backends.registry import backend_for
 from modelhost.config import (
     complete_model_config,

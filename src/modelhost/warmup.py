@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelhost.backends.base import Arrays, ModelInstance
+from modelhost.backends.api import Arrays, ModelInstance
 from modelhost.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY
 from modelhost.errors import ModelConfigError
 from modelhost.io_specs import input_specs

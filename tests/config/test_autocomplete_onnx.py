@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
+from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx, onnx_model_path
 from modelhost.config import load_model_config
-from modelhost.config.autocomplete_onnx import autocomplete_onnx, onnx_model_path
 from modelhost.errors import ModelConfigError
 
 from .conftest import ModelFactory, add_sub_model, fixed_batch_model, reduce_model, write_onnx
@@ -49,7 +49,7 @@ def test_no_config_on_a_gpu_server(make_model: ModelFactory) -> None:
 def test_autofill_warns_about_max_batch_size(
     make_model: ModelFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="modelhost.config.autocomplete_onnx"):
+    with caplog.at_level(logging.WARNING, logger="modelhost.backends.onnxruntime.autocomplete"):
         load_model_config(make_model("simple"))
     assert "autofilled max_batch_size to 4 for model 'simple'" in caplog.text
 

@@ -15,8 +15,8 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from e2e.models import add_identity
 from e2e.server_process import running_server
-from modelhost.backends.base import BackendContext
-from modelhost.backends.onnxruntime import OnnxRuntimeBackend
+from modelhost.backends.api import BackendContext
+from modelhost.backends.onnxruntime.backend import OnnxRuntimeBackend
 from modelhost.devices import gpu_count
 from modelhost.gpu_memory import GpuMemory
 

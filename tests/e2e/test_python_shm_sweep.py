@@ -1,5 +1,5 @@
 """A server killed with SIGKILL cannot remove its python models' shared memory; the next server with the same
-prefix does, when it starts its first python model (python_backend/ipc.py `sweep_stale_segments`)."""
+prefix does, when it starts its first python model (backends/python/ipc.py `sweep_stale_segments`)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelhost.backends.base import Backend, BackendContext, ModelInstance
+from modelhost.backends.api import Backend, BackendContext, ModelInstance
 from modelhost.backends.registry import backend_for, register
 
 __all__ = ["Backend", "BackendContext", "ModelInstance", "backend_for", "register"]

@@ -1,61 +1,103 @@
 """Which backend serves a model: a table of backend names to the classes that implement them.
 
-Backends register by name and are imported only when a model needs one, so that the contract (backends/base.py)
-and the config code never import an implementation, and an optional framework is loaded only where it is used.
+Backends are imported only when a model needs one, so that the contract (backends/api.py) and the config code
+never import an implementation, and an optional framework is loaded only where it is used. A backend whose
+framework is not installed leaves its models UNAVAILABLE with the extra to install named.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from modelhost.backends.base import Backend
+from modelhost.backends.api import Backend
 from modelhost.errors import ModelConfigError
 
-# backend or platform name -> "module:class". A new backend adds its line here and touches nothing else.
-_BACKENDS: dict[str, str] = {
-    "onnxruntime": "modelhost.backends.onnxruntime:OnnxRuntimeBackend",
-    "onnxruntime_onnx": "modelhost.backends.onnxruntime:OnnxRuntimeBackend",
-    "python": "modelhost.python_backend.backend:PythonBackend",
+
+@dataclass(frozen=True, slots=True)
+class BackendEntry:
+    target: str  # "module:class"
+    # The pip extra that installs its framework (`pip install 'modelhost[<extra>]'`), and the top-level modules
+    # of that framework: an import error naming one of them means the extra is missing.
+    extra: str = ""
+    frameworks: tuple[str, ...] = ()
+
+
+# Backend name (the config's `backend`, which the backend-field fill sets for every platform) -> its entry.
+# A new backend adds its line here and touches nothing else outside its own package.
+_BACKENDS: dict[str, BackendEntry] = {
+    "onnxruntime": BackendEntry("modelhost.backends.onnxruntime.backend:OnnxRuntimeBackend"),
+    "python": BackendEntry("modelhost.backends.python.backend:PythonBackend"),
+    "pytorch": BackendEntry("modelhost.backends.pytorch.backend:PyTorchBackend", "torch", ("torch",)),
+    "openvino": BackendEntry(
+        "modelhost.backends.openvino.backend:OpenVINOBackend", "openvino", ("openvino",)
+    ),
+    "fil": BackendEntry(
+        "modelhost.backends.fil.backend:FilBackend", "fil", ("xgboost", "lightgbm", "treelite")
+    ),
+    "tensorrt": BackendEntry(
+        "modelhost.backends.tensorrt.backend:TensorRTBackend", "tensorrt", ("tensorrt",)
+    ),
+    "tensorflow": BackendEntry(
+        "modelhost.backends.tensorflow.backend:TensorFlowBackend", "tensorflow", ("tensorflow",)
+    ),
 }
 
 
-def register(name: str, target: str) -> None:
-    """Serve models of backend (or platform) `name` with the class at "module:class"."""
-    _BACKENDS[name] = target
+def register(name: str, target: str, extra: str = "", frameworks: tuple[str, ...] = ()) -> None:
+    """Serve models of backend `name` with the class at "module:class"."""
+    _BACKENDS[name] = BackendEntry(target, extra, frameworks)
 
 
 def supported() -> list[str]:
-    return sorted({n for n in _BACKENDS if "_" not in n})
+    return sorted(_BACKENDS)
 
 
-def _backend_class(name: str) -> type[Backend] | None:
-    target = _BACKENDS.get(name)
-    if target is None:
+class MissingExtra(ModelConfigError):
+    """A backend's framework is not installed."""
+
+
+def _backend_class(name: str, model_name: str) -> type[Backend] | None:
+    entry = _BACKENDS.get(name)
+    if entry is None:
         return None
-    module, _, attribute = target.partition(":")
-    cls: type[Backend] = getattr(importlib.import_module(module), attribute)
+    module, _, attribute = entry.target.partition(":")
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing in entry.frameworks:
+            raise MissingExtra(
+                f"unable to load model '{model_name}': the {name} backend needs the Python package "
+                f"'{missing}', which is not installed; install it with: pip install 'modelhost[{entry.extra}]'"
+            ) from e
+        raise
+    cls: type[Backend] = getattr(loaded, attribute)
     return cls
 
 
 def backend_for(config: Any) -> Backend:
     """The backend that serves a normalised config."""
     name = config.backend or config.platform
-    cls = _backend_class(name)
+    cls = _backend_class(name, config.name)
     if cls is None:
         raise ModelConfigError(
-            f"backend '{name}' for model '{config.name}' is not supported yet (supported: "
-            f"{', '.join(supported())})"
+            f"backend '{name}' for model '{config.name}' is not supported (supported: {', '.join(supported())})"
         )
     return cls()
 
 
 def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> bool:
-    """Run the backend's auto-complete hook on `config` in place; False when its backend has none."""
-    cls = _backend_class(config.backend)
+    """Run the backend's auto-complete hook on `config` in place; False when its backend has none (or is not
+    one of ours: validation and the load then say so)."""
+    cls = _backend_class(config.backend, config.name or model_dir.name)
     hook = getattr(cls, "autocomplete", None)
     if hook is None:
         return False
     hook(config, model_dir, default_max_batch_size=default_max_batch_size)
     return True
+
+
+__all__ = ["BackendEntry", "MissingExtra", "autocomplete", "backend_for", "register", "supported"]

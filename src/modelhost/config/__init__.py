@@ -17,8 +17,8 @@ from pathlib import Path
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.backends.registry import autocomplete
-from modelhost.config.autocomplete_onnx import DEFAULT_MAX_BATCH_SIZE
 from modelhost.config.backend_fill import fill_backend_fields
+from modelhost.config.constants import DEFAULT_MAX_BATCH_SIZE
 from modelhost.config.files import CONFIG_FILENAME, config_path, parse_config_text, read_config
 from modelhost.config.invalid import InvalidConfig
 from modelhost.config.json_form import config_from_json, config_to_json

@@ -47,3 +47,6 @@ MULTI_CPU_INSTANCE_BACKENDS: Final = frozenset({TENSORFLOW_BACKEND, ONNXRUNTIME_
 
 # sequence_batching.max_sequence_idle_microseconds when unset (1 s).
 SEQUENCE_IDLE_DEFAULT_MICROSECONDS: Final = 1_000_000
+
+# --backend-config=default-max-batch-size when unset: the max_batch_size auto-complete gives a batchable model.
+DEFAULT_MAX_BATCH_SIZE: Final = 4

@@ -23,7 +23,7 @@ import copy
 import time
 from typing import Any
 
-from modelhost.backends.base import Arrays, BackendServices
+from modelhost.backends.api import Arrays, BackendServices
 from modelhost.ensemble.plan import EnsemblePlan, Step
 from modelhost.errors import InvalidArgument, ModelhostError
 from modelhost.io_specs import input_specs, output_specs, shape_matches

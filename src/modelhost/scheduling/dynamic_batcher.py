@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from modelhost.backends.base import Arrays
+from modelhost.backends.api import Arrays
 from modelhost.errors import InternalError, Rejected
 from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes, Worker
 from modelhost.scheduling.ragged import RaggedBatching

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from modelhost.backends.base import Arrays, ModelInstance
+from modelhost.backends.api import Arrays, ModelInstance
 from modelhost.errors import Unavailable
 from modelhost.scheduling.rate_limiter import InstanceNeeds, RateLimiter, Slot
 from modelhost.scheduling.responses import ResponseSink

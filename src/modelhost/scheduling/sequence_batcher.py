@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc.model_config_pb2 import DataType, ModelSequenceBatching
 
-from modelhost.backends.base import Arrays
+from modelhost.backends.api import Arrays
 from modelhost.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY
 from modelhost.errors import Cancelled, InternalError, InvalidArgument, ModelConfigError, Unavailable
 from modelhost.scheduling.dynamic_batcher import batch_key

@@ -1,15 +1,15 @@
 """`backend: "python"`: a `model.py` (or `default_model_filename`) with `TritonPythonModel`, one process per
-instance (python_backend/instance.py), and `auto_complete_config` run in a short-lived stub at config time."""
+instance (backends/python/instance.py), and `auto_complete_config` run in a short-lived stub at config time."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from modelhost.backends.base import BackendContext
+from modelhost.backends.api import BackendContext
+from modelhost.backends.python.autocomplete import autocomplete_python
+from modelhost.backends.python.instance import PythonInstance
 from modelhost.errors import ModelConfigError
-from modelhost.python_backend.autocomplete import autocomplete_python
-from modelhost.python_backend.instance import PythonInstance
 
 
 class PythonBackend:

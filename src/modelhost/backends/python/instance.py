@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelhost.backends.base import Arrays, BackendContext
+from modelhost.backends.api import Arrays, BackendContext
+from modelhost.backends.python import ipc
+from modelhost.backends.python.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
 from modelhost.config import config_to_json
 from modelhost.errors import (
     AlreadyExists,
@@ -41,8 +43,6 @@ from modelhost.errors import (
     Unsupported,
 )
 from modelhost.io_specs import TensorSpec, format_shape, output_specs, shape_matches
-from modelhost.python_backend import ipc
-from modelhost.python_backend.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
 from modelhost.scheduling.instances import Job
 from modelhost.scheduling.responses import ResponseSink
 from modelhost.scheduling.sequence_batcher import SEQUENCE_END, SEQUENCE_START, sequence_params
@@ -158,7 +158,7 @@ def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[b
     command = [
         sys.executable,
         "-m",
-        "modelhost.python_backend.stub",
+        "modelhost.backends.python.stub",
         str(child.fileno()),
         prefix + "s_",
         str(settings.shm_default_byte_size),

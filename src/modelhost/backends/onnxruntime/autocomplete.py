@@ -20,13 +20,12 @@ from typing import Any
 import onnxruntime as ort
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
+from modelhost.config.constants import DEFAULT_MAX_BATCH_SIZE
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import ModelConfigError
 from modelhost.repository.layout import version_directories
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_MAX_BATCH_SIZE = 4
 
 
 def onnx_model_path(model_dir: Path, default_model_filename: str) -> Path | None:
@@ -165,7 +164,6 @@ def autocomplete_onnx(
 
 
 __all__ = [
-    "DEFAULT_MAX_BATCH_SIZE",
     "OnnxTensorInfo",
     "autocomplete_onnx",
     "onnx_model_path",

@@ -1,8 +1,7 @@
 """ONNX Runtime backend: one InferenceSession per instance.
 
 ONNX Runtime releases the GIL while it runs, so instances on worker threads execute in parallel. Thread budgets:
-unless the config or --backend-config says otherwise, a model's instances share the cores but one, so that
-`count: 4` on a 2-core host does not start 4 x 2 busy intra-op threads (a known Triton pain point).
+unless the config or --backend-config says otherwise, a model's instances share the cores (backends/cpu_threads.py).
 """
 
 from __future__ import annotations
@@ -13,39 +12,21 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from modelhost.backends.base import Arrays, BackendContext
-from modelhost.config.autocomplete_onnx import autocomplete_onnx
+from modelhost.backends.api import Arrays, BackendContext
+from modelhost.backends.cpu_threads import default_intra_op_threads
+from modelhost.backends.model_io import TensorInfo, check_io
+from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx
+from modelhost.backends.params import int_param, param
 from modelhost.datatypes import ONNX_TO_CONFIG
-from modelhost.devices import cpu_count
-from modelhost.errors import InternalError, InvalidArgument, ModelConfigError
+from modelhost.errors import BackendInvalidArgument, InternalError, InvalidArgument, ModelConfigError
 from modelhost.gpu_memory import check_load_limit, cuda_provider_options
 from modelhost.scheduling.sequence_batcher import server_fed_inputs
 
-_CONFIG_TYPE_NAMES = {v: k for k, v in ONNX_TO_CONFIG.items()}
-
-
-def _param(config: Any, key: str) -> str | None:
-    if key in config.parameters:
-        return str(config.parameters[key].string_value)
-    return None
-
 
 def _int_setting(ctx: BackendContext, key: str) -> int | None:
-    """A thread setting from the model's parameters, else from --backend-config=onnxruntime,<key>=N."""
-    raw = _param(ctx.config, key)
-    if raw is None:
-        raw = ctx.backend_config.get(key)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError as e:
-        raise ModelConfigError(
-            f"model '{ctx.model_name}': parameter '{key}' must be an integer, got '{raw}'"
-        ) from e
-    if value < 0:
-        raise ModelConfigError(f"model '{ctx.model_name}': parameter '{key}' must be >= 0, got {value}")
-    return value or None  # 0 = runtime default, as in Triton
+    """A thread setting from the model's parameters, else from --backend-config=onnxruntime,<key>=N;
+    0 = the runtime's default, as in Triton."""
+    return int_param(ctx.config, key, fallback=ctx.backend_config) or None
 
 
 def model_file(ctx: BackendContext) -> Path:
@@ -60,20 +41,13 @@ def model_file(ctx: BackendContext) -> Path:
     return path
 
 
-def default_intra_op_threads(instances: int) -> int:
-    """Share the cores among a model's instances instead of every session taking them all, and leave one core
-    to the event loop that decodes requests and encodes answers (measured: on 2 cores, a 2-thread session of the
-    example MLP cost 1.7x the CPU per request of a 1-thread one, for no more throughput)."""
-    return max(1, (cpu_count() - 1) // max(1, instances))
-
-
 def session_options(ctx: BackendContext) -> ort.SessionOptions:
     opts = ort.SessionOptions()
     intra = _int_setting(ctx, "intra_op_thread_count")
     inter = _int_setting(ctx, "inter_op_thread_count")
     opts.intra_op_num_threads = intra if intra is not None else default_intra_op_threads(ctx.total_instances)
     opts.inter_op_num_threads = inter if inter is not None else 1
-    mode = _param(ctx.config, "execution_mode")
+    mode = param(ctx.config, "execution_mode")
     if mode is not None:
         if mode not in ("0", "1"):
             raise ModelConfigError(
@@ -86,7 +60,7 @@ def session_options(ctx: BackendContext) -> ort.SessionOptions:
         ("enable_mem_arena", "enable_cpu_mem_arena"),
         ("enable_mem_pattern", "enable_mem_pattern"),
     ):
-        raw = _param(ctx.config, key)
+        raw = param(ctx.config, key)
         if raw is not None:
             setattr(opts, attr, raw.lower() in ("1", "true", "on"))
     level = int(ctx.config.optimization.graph.level)
@@ -159,7 +133,7 @@ class OnnxRuntimeInstance:
         try:
             results = self.session.run(output_names, feed)
         except ort.capi.onnxruntime_pybind11_state.InvalidArgument as e:
-            raise InvalidArgument(f"onnx runtime error for model '{self.model_name}': {e}") from e
+            raise BackendInvalidArgument(f"onnx runtime error for model '{self.model_name}': {e}") from e
         except Exception as e:  # any runtime fault fails this request only
             raise InternalError(f"onnx runtime error for model '{self.model_name}': {e}") from e
         out: Arrays = {}
@@ -186,41 +160,24 @@ def _bytes_to_str(name: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any
     return np.array(flat, dtype=object).reshape(array.shape)
 
 
+def _tensor_info(arg: Any) -> TensorInfo:
+    # Symbolic and unknown dimensions ("batch", None) accept any size.
+    dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
+    return TensorInfo(arg.name, ONNX_TO_CONFIG.get(arg.type, arg.type), dims)
+
+
 def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
-    """The config's inputs and outputs must exist in the model with the same types, as Triton checks at load."""
-    model_inputs = {i.name: i for i in session.get_inputs()}
-    model_outputs = {o.name: o for o in session.get_outputs()}
-    for kind, configured, available in (
-        ("input", ctx.config.input, model_inputs),
-        ("output", ctx.config.output, model_outputs),
-    ):
-        for tensor in configured:
-            found = available.get(tensor.name)
-            if found is None:
-                raise ModelConfigError(
-                    f"unable to load model '{ctx.model_name}', configuration expects {kind} '{tensor.name}' "
-                    f"but the model has only {sorted(available)}"
-                )
-            expected = (
-                tensor.DESCRIPTOR.fields_by_name["data_type"]
-                .enum_type.values_by_number[tensor.data_type]
-                .name
-            )
-            actual = ONNX_TO_CONFIG.get(found.type, found.type)
-            if expected != actual:
-                raise ModelConfigError(
-                    f"unable to load model '{ctx.model_name}', configuration expects datatype {expected} for "
-                    f"{kind} '{tensor.name}', model provides {actual}"
-                )
-    # Control and implicit-state inputs of a sequence model, and batch inputs, are fed by the server: Triton does
-    # not ask the config to list them.
-    listed = {t.name for t in ctx.config.input} | server_fed_inputs(ctx.config)
-    listed |= {b.target_name[0] for b in ctx.config.batch_input if b.target_name}
-    required = [i.name for i in session.get_inputs() if i.name not in listed]
-    if required:
-        raise ModelConfigError(
-            f"unable to load model '{ctx.model_name}', model input(s) {required} are missing from the configuration"
-        )
+    """The config's inputs and outputs must exist in the model with the same types and shapes, as Triton checks
+    at load. Control and implicit-state inputs of a sequence model, and batch inputs, are fed by the server:
+    Triton does not ask the config to list them."""
+    fed = server_fed_inputs(ctx.config) | {b.target_name[0] for b in ctx.config.batch_input if b.target_name}
+    check_io(
+        ctx.model_name,
+        ctx.config,
+        {i.name: _tensor_info(i) for i in session.get_inputs()},
+        {o.name: _tensor_info(o) for o in session.get_outputs()},
+        fed_by_server=fed,
+    )
 
 
 class OnnxRuntimeBackend:

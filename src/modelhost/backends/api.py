@@ -1,7 +1,20 @@
-"""The backend seam: `load` builds one instance of a model version; an instance executes batches.
+"""The backend contract: what every backend implements and what the server gives it.
 
-An instance is owned by exactly one worker thread at a time (see scheduling/instances.py), so implementations
-need no locking of their own. `execute` is called off the event loop and may block.
+A backend is a class named in backends/registry.py, imported only when a model needs it. The server calls:
+
+- `autocomplete(config, model_dir, *, default_max_batch_size)` (optional, a static method) at config time when
+  auto-complete is on: fill in, in place, what the config leaves out, from the model file itself;
+- `load_instance(ctx, group, index, device_id)` once per instance of a model version: load the model for that
+  instance's device, check that the config agrees with the model (backends/model_io.py) and raise
+  ModelConfigError naming the field where it does not, so that a contradicting config never becomes READY;
+- `instance.execute(inputs, output_names)` per batch, off the event loop, by one worker thread at a time
+  (scheduling/instances.py), so instances need no locking of their own; a fault there fails the requests of
+  that batch only, and is counted as failure reason BACKEND;
+- `instance.close()` at unload: release the model's memory (host and device).
+
+Memory needs are measured, not declared (model_memory.py): the server samples the process tree and the GPUs
+around each load. Device needs are the instance group's: `group.kind` and `device_id` say where an instance
+runs, and a backend refuses a kind it cannot serve in `load_instance` with the reason.
 """
 
 from __future__ import annotations
@@ -13,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy.typing as npt
 
+from modelhost.custom_metrics import CustomMetrics
 from modelhost.gpu_memory import GpuMemory
-from modelhost.python_backend.custom_metrics import CustomMetrics
 
 if TYPE_CHECKING:
     from modelhost.scheduling.instances import RequestLevelInstance

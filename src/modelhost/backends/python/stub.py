@@ -1,6 +1,6 @@
 """The stub process of one python model instance: imports the user's model.py and runs it for the server.
 
-    python -m modelhost.python_backend.stub <socket fd> <shm prefix> <shm default bytes> <shm growth bytes>
+    python -m modelhost.backends.python.stub <socket fd> <shm prefix> <shm default bytes> <shm growth bytes>
 
 Threads: the main thread reads the socket and runs the model (initialize, execute, finalize) one call at a time,
 in the order the server sends them. A hand-off to a reader thread cost more than a small model's execute, so
@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
-from modelhost.python_backend import pb_utils
-from modelhost.python_backend.ipc import (
+from modelhost.backends.python import pb_utils
+from modelhost.backends.python.ipc import (
     Arena,
     BlockingChannel,
     SegmentMap,

@@ -1,0 +1,1 @@
+"""ONNX Runtime backend (`backend: "onnxruntime"`, `platform: "onnxruntime_onnx"`, `model.onnx`)."""
