@@ -18,6 +18,12 @@ Models:
 * ``simple_string``  the same with BYTES tensors holding decimal integers
 * ``identity_fp32``  FP32 identity with a dynamic second dimension and *no* config.pbtxt (auto-complete)
 * ``mlp``            FP32 MLP 256 -> 1024 -> 1024 -> 10 with ReLU, ~5 MB of weights
+* ``tiny_mlp_pytorch``   FP32 MLP 16 -> 32 -> 4 as TorchScript (the PyTorch backend)
+* ``tiny_mlp_openvino``  the same weights as OpenVINO IR (the OpenVINO backend)
+* ``trees_fil``          an XGBoost binary classifier, 8 features, 20 trees (the FIL backend)
+
+The last three need the backends' frameworks to regenerate (``pip install -e '.[torch,openvino,fil]'``); the
+TorchScript, IR and XGBoost files are deterministic for a given framework version.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "src" / "modelhost" / "examples"
 
 MLP_SIZES = (256, 1024, 1024, 10)
+TINY_MLP_SIZES = (16, 32, 4)
+TREES_FEATURES = 8
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -111,22 +119,22 @@ def make_identity_fp32() -> onnx.ModelProto:
     return _finish(graph, "FP32 identity, [batch, -1]; shipped without config.pbtxt")
 
 
-def mlp_weights() -> list[tuple[np.ndarray, np.ndarray]]:
+def mlp_weights(sizes: tuple[int, ...] = MLP_SIZES) -> list[tuple[np.ndarray, np.ndarray]]:
     """The MLP's (weight [in, out], bias [out]) pairs, He-initialised from a fixed seed."""
     rng = np.random.default_rng(SEED)
     layers = []
-    for fan_in, fan_out in itertools.pairwise(MLP_SIZES):
+    for fan_in, fan_out in itertools.pairwise(sizes):
         w = (rng.standard_normal((fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(np.float32)
         b = (rng.standard_normal(fan_out) * 0.01).astype(np.float32)
         layers.append((w, b))
     return layers
 
 
-def make_mlp() -> onnx.ModelProto:
+def make_mlp(sizes: tuple[int, ...] = MLP_SIZES) -> onnx.ModelProto:
     initializers = []
     nodes = []
     current = "INPUT0"
-    layers = mlp_weights()
+    layers = mlp_weights(sizes)
     for i, (w, b) in enumerate(layers):
         initializers.append(numpy_helper.from_array(w, name=f"fc{i}.weight"))
         initializers.append(numpy_helper.from_array(b, name=f"fc{i}.bias"))
@@ -143,11 +151,65 @@ def make_mlp() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "mlp",
-        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", MLP_SIZES[0]])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", MLP_SIZES[-1]])],
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", sizes[0]])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", sizes[-1]])],
         initializer=initializers,
     )
-    return _finish(graph, "FP32 MLP 256 -> 1024 (ReLU) -> 1024 (ReLU) -> 10")
+    layers_text = [str(sizes[0]), *(f"{n} (ReLU)" for n in sizes[1:-1]), str(sizes[-1])]
+    return _finish(graph, "FP32 MLP " + " -> ".join(layers_text))
+
+
+def torchscript_mlp(sizes: tuple[int, ...] = MLP_SIZES) -> bytes:
+    """The MLP of `mlp_weights(sizes)` as a TorchScript file (the PyTorch backend's model.pt)."""
+    import io
+
+    import torch
+
+    layers = []
+    for i, (w, b) in enumerate(mlp_weights(sizes)):
+        linear = torch.nn.Linear(w.shape[0], w.shape[1])
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(w.T.copy()))
+            linear.bias.copy_(torch.from_numpy(b))
+        layers.append(linear)
+        if i < len(sizes) - 2:
+            layers.append(torch.nn.ReLU())
+    module = torch.jit.script(torch.nn.Sequential(*layers).eval())
+    buffer = io.BytesIO()
+    torch.jit.save(module, buffer)
+    return buffer.getvalue()
+
+
+def openvino_mlp(sizes: tuple[int, ...] = MLP_SIZES) -> tuple[bytes, bytes]:
+    """The MLP of `mlp_weights(sizes)` as OpenVINO IR (model.xml, model.bin), converted from the ONNX graph."""
+    import tempfile
+
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = Path(tmp) / "model.onnx"
+        onnx.save(make_mlp(sizes), str(onnx_path))
+        model = ov.convert_model(str(onnx_path))
+        ov.save_model(model, str(Path(tmp) / "model.xml"), compress_to_fp16=False)
+        return (Path(tmp) / "model.xml").read_bytes(), (Path(tmp) / "model.bin").read_bytes()
+
+
+def trees_data(rows: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    """A synthetic binary classification set: the label depends on a few of the features, with noise."""
+    rng = np.random.default_rng(SEED)
+    x = rng.standard_normal((rows, TREES_FEATURES)).astype(np.float32)
+    score = x[:, 0] + 0.5 * x[:, 1] * x[:, 2] - 0.75 * np.abs(x[:, 3]) + 0.3 * rng.standard_normal(rows)
+    return x, (score > 0).astype(np.float32)
+
+
+def xgboost_trees() -> bytes:
+    """An XGBoost binary classifier (20 trees of depth 3) in XGBoost's JSON format (FIL's xgboost_json)."""
+    import xgboost as xgb
+
+    x, y = trees_data()
+    params = {"objective": "binary:logistic", "max_depth": 3, "eta": 0.3, "nthread": 1, "seed": 0}
+    booster = xgb.train(params, xgb.DMatrix(x, label=y), num_boost_round=20)
+    return bytes(booster.save_raw(raw_format="json"))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -188,6 +250,48 @@ def simple_config(name: str, dtype: str) -> str:
     )
 
 
+def tiny_mlp_pytorch_config() -> str:
+    # Triton's PyTorch naming: <name>__<index> binds the config's tensors to forward()'s arguments by position.
+    text = make_config(
+        "tiny_mlp_pytorch",
+        64,
+        [("INPUT__0", "TYPE_FP32", [TINY_MLP_SIZES[0]])],
+        [("OUTPUT__0", "TYPE_FP32", [TINY_MLP_SIZES[-1]])],
+        platform="pytorch_libtorch",
+    )
+    return text + "dynamic_batching { }\n"
+
+
+def tiny_mlp_openvino_config() -> str:
+    text = make_config(
+        "tiny_mlp_openvino",
+        64,
+        [("INPUT0", "TYPE_FP32", [TINY_MLP_SIZES[0]])],
+        [("OUTPUT0", "TYPE_FP32", [TINY_MLP_SIZES[-1]])],
+    )
+    text = text.replace('platform: "onnxruntime_onnx"', 'backend: "openvino"')
+    return text + "dynamic_batching { }\n"
+
+
+def trees_fil_config() -> str:
+    text = make_config(
+        "trees_fil",
+        1024,
+        [("input__0", "TYPE_FP32", [TREES_FEATURES])],
+        [("output__0", "TYPE_FP32", [2])],
+    )
+    text = text.replace('platform: "onnxruntime_onnx"', 'backend: "fil"')
+    parameters = "".join(
+        f'parameters {{\n  key: "{key}"\n  value: {{ string_value: "{value}" }}\n}}\n'
+        for key, value in (
+            ("model_type", "xgboost_json"),
+            ("is_classifier", "true"),
+            ("predict_proba", "true"),
+        )
+    )
+    return text + "dynamic_batching { }\n" + parameters
+
+
 def mlp_config() -> str:
     return make_config(
         "mlp",
@@ -202,8 +306,10 @@ README = """\
 # Example model repository
 
 A Triton-layout model repository bundled with modelhost, generated by `scripts/make_examples.py`
-(do not edit the `.onnx` files by hand; change the script and re-run it). Every model is an ONNX
-graph (opset 17, IR version 8) served by the `onnxruntime_onnx` platform. The server only looks at
+(do not edit the model files by hand; change the script and re-run it). Most models are ONNX graphs
+(opset 17, IR version 8) served by the `onnxruntime_onnx` platform; `tiny_mlp_pytorch`, `tiny_mlp_openvino`
+and `trees_fil` show the PyTorch, OpenVINO and FIL backends (their frameworks come with
+`pip install 'modelhost[torch,openvino,fil]'`, which `scripts/serve.sh` installs). The server only looks at
 directories, so this README is ignored.
 
 Serve it with:
@@ -238,6 +344,22 @@ FP32 MLP 256 -> 1024 (ReLU) -> 1024 (ReLU) -> 10 (three Gemm nodes), ~5 MB of fl
 - input `INPUT0`: TYPE_FP32 [256]; output `OUTPUT0`: TYPE_FP32 [10]
 - `max_batch_size: 64`, `instance_group [{ count: 1, kind: KIND_CPU }]`, no dynamic batching (yet)
 - the model used by the load benchmark in `benchmarks/`
+
+## `tiny_mlp_pytorch`, `tiny_mlp_openvino`
+
+One small FP32 MLP 16 -> 32 (ReLU) -> 4 (same seed as `mlp`), served by two more backends:
+
+- `tiny_mlp_pytorch`: TorchScript `model.pt`, `platform: "pytorch_libtorch"`; input `INPUT__0` [16], output
+  `OUTPUT__0` [4] (Triton's `<name>__<index>` naming binds them to `forward()`'s arguments by position)
+- `tiny_mlp_openvino`: OpenVINO IR `model.xml` + `model.bin`, `backend: "openvino"`; `INPUT0` [16] -> `OUTPUT0` [4]
+- both `max_batch_size: 64` with dynamic batching; the same input gives the same answer from both (to FP32
+  rounding)
+
+## `trees_fil`
+
+An XGBoost binary classifier (20 trees of depth 3 on 8 synthetic features) in XGBoost's JSON format, served by
+the FIL backend (`backend: "fil"`, `model_type: "xgboost_json"`, `is_classifier`, `predict_proba`): input
+`input__0` TYPE_FP32 [8], output `output__0` TYPE_FP32 [2], the probabilities of class 0 and class 1.
 
 ## `simple_ensemble`
 
@@ -303,9 +425,17 @@ def build() -> dict[str, bytes]:
         "mlp/config.pbtxt": mlp_config().encode(),
         "mlp/1/model.onnx": make_mlp().SerializeToString(),
         "simple_ensemble/config.pbtxt": ENSEMBLE_CONFIG.encode(),
+        "tiny_mlp_pytorch/config.pbtxt": tiny_mlp_pytorch_config().encode(),
+        "tiny_mlp_pytorch/1/model.pt": torchscript_mlp(TINY_MLP_SIZES),
+        "tiny_mlp_openvino/config.pbtxt": tiny_mlp_openvino_config().encode(),
+        "trees_fil/config.pbtxt": trees_fil_config().encode(),
+        "trees_fil/1/xgboost.json": xgboost_trees(),
         # git keeps no empty directory, and the version directory must exist.
         "simple_ensemble/1/.keep": b"",
     }
+    xml, weights = openvino_mlp(TINY_MLP_SIZES)
+    files["tiny_mlp_openvino/1/model.xml"] = xml
+    files["tiny_mlp_openvino/1/model.bin"] = weights
     return files
 
 
@@ -387,7 +517,40 @@ def check(out: Path) -> None:
     for rel in ("simple", "simple_string", "identity_fp32", "mlp"):
         m = onnx.load(str(out / rel / "1" / "model.onnx"))
         assert m.ir_version == IR_VERSION and m.opset_import[0].version == OPSET
+    check_other_backends(out, rng)
     print(f"check ok: {out}")
+
+
+def tiny_mlp_reference(v: np.ndarray) -> np.ndarray:
+    expected = v.astype(np.float64)
+    layers = mlp_weights(TINY_MLP_SIZES)
+    for i, (w, bias) in enumerate(layers):
+        expected = expected @ w.astype(np.float64) + bias
+        if i < len(layers) - 1:
+            expected = np.maximum(expected, 0.0)
+    return expected
+
+
+def check_other_backends(out: Path, rng: np.random.Generator) -> None:
+    import openvino as ov
+    import torch
+    import xgboost as xgb
+
+    v = rng.standard_normal((5, TINY_MLP_SIZES[0])).astype(np.float32)
+    module = torch.jit.load(str(out / "tiny_mlp_pytorch" / "1" / "model.pt"))
+    with torch.inference_mode():
+        r = module(torch.from_numpy(v)).numpy()
+    np.testing.assert_allclose(r, tiny_mlp_reference(v), rtol=1e-4, atol=1e-4)
+    # FP32, as the backend runs it unless HINT_BF16 asks (OpenVINO's own default is BF16 on CPUs that have it).
+    compiled = ov.Core().compile_model(
+        str(out / "tiny_mlp_openvino" / "1" / "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+    )
+    r = compiled(v)[compiled.output(0)]
+    np.testing.assert_allclose(r, tiny_mlp_reference(v), rtol=1e-4, atol=1e-4)
+    booster = xgb.Booster(model_file=str(out / "trees_fil" / "1" / "xgboost.json"))
+    x, y = trees_data()
+    accuracy = float(((booster.inplace_predict(x) > 0.5) == y).mean())
+    assert accuracy > 0.85, accuracy
 
 
 def main(argv: list[str] | None = None) -> int:

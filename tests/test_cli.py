@@ -420,12 +420,25 @@ def test_python_backend_settings_are_taken() -> None:
         parse_serve_args(["--backend-config=python,shm-region-prefix-name=a/b"])
 
 
+def test_tensorrt_settings_reach_the_backend_as_given() -> None:
+    options = parse_serve_args(
+        [
+            "--backend-config=tensorrt,plugins=/opt/plugins/a.so;/opt/plugins/b.so",
+            "--backend-config=tensorrt,version-compatible=true",
+        ]
+    )
+    assert options.backend_config["tensorrt"] == {
+        "plugins": "/opt/plugins/a.so;/opt/plugins/b.so",
+        "version-compatible": "true",
+    }
+
+
 @pytest.mark.parametrize(
     "setting",
     [
         "python,thread-pool-size=4",
         "onnxruntime,enable-global-threadpool=1",
-        "tensorrt,coalesce-request-input=true",
+        "tensorrt,gpu-memory-pool=1",
         "some-global-setting=1",
     ],
 )

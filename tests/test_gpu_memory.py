@@ -20,8 +20,8 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost import gpu_memory
-from modelhost.backends.onnxruntime import backend as ort_backend
 from modelhost.backends.api import BackendContext
+from modelhost.backends.onnxruntime import backend as ort_backend
 from modelhost.errors import Unavailable
 from modelhost.gpu_memory import (
     GpuMemory,

@@ -29,7 +29,13 @@ from typing import Any, Literal, NoReturn
 
 import modelhost
 from modelhost.logs import LOGGER_NAME, configure_logging
-from modelhost.options import ServerOptions, auto_frontend_processes, bool_or_none, parse_address
+from modelhost.options import (
+    HONOURED_BACKEND_CONFIG,
+    ServerOptions,
+    auto_frontend_processes,
+    bool_or_none,
+    parse_address,
+)
 
 log = logging.getLogger(f"{LOGGER_NAME}.cli")
 
@@ -315,9 +321,10 @@ FLAGS: tuple[Flag, ...] = (
               "0.999:0.001).", repeatable=True, metavar="<setting>=<value>"),
     # Backend
     _honoured("backend-config", "str", "", BACKEND,
-              "A backend setting; repeatable. Honoured: default-max-batch-size (global), "
-              "onnxruntime,default-max-batch-size, onnxruntime,intra_op_thread_count, "
-              "onnxruntime,inter_op_thread_count; other settings are not supported yet.",
+              "A backend setting; repeatable. Honoured: "
+              + ", ".join(f"{b},{k}" if b else f"{k} (global)" for b, keys in HONOURED_BACKEND_CONFIG.items()
+                          for k in keys)
+              + "; other settings are not supported yet (docs/cli.md says what each does).",
               repeatable=True, metavar="[<backend>,]<setting>=<value>"),
     _ignored("backend-directory", "str", "/opt/tritonserver/backends", BACKEND,
              "Directory of backend shared libraries.", "modelhost's backends are built in"),
@@ -442,6 +449,8 @@ def _main(args: list[str]) -> int:
         from modelhost.perf import main as perf_main  # perf_analyzer's job; none of the server
 
         return perf_main(args[1:])
+    if args and args[0] == "convert":
+        return _convert_model(args[1:])
     if args and args[0].startswith("--") and args[0][2:].partition("=")[0] in FLAGS_BY_NAME:
         # Someone used to `tritonserver --model-repository=...`.
         raise CliError(f"{args[0]} is an option of the serve command: modelhost serve {' '.join(args)}")
@@ -534,7 +543,29 @@ def _top_parser() -> argparse.ArgumentParser:
         "sagemaker",
         help="Run the server as a SageMaker container does (Triton's `serve` script), from SAGEMAKER_* variables.",
     )
+    commands.add_parser(
+        "convert", help="Convert a model for a backend: modelhost convert onnx-to-tensorrt ..."
+    )
     return parser
+
+
+def _convert_model(args: list[str]) -> int:
+    """`modelhost convert <converter> ...`: the converters the backends provide (backends/registry.py)."""
+    from modelhost.backends.registry import MissingExtra, converters, run_converter
+
+    available = converters()
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: modelhost convert CONVERTER [options]\n\nconverters:")
+        for name, description in available.items():
+            print(f"  {name:<20} {description}")
+        print("\n`modelhost convert CONVERTER --help` describes its options.")
+        return 0 if args else USAGE_ERROR
+    if args[0] not in available:
+        raise CliError(f"unknown converter '{args[0]}' (converters: {', '.join(available)})")
+    try:
+        return run_converter(args[0], args[1:])
+    except MissingExtra as e:
+        raise CliError(str(e)) from None
 
 
 _SERVE_DESCRIPTION = """\

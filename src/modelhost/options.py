@@ -26,8 +26,15 @@ HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
         "stub-timeout-seconds",
         "shm-region-prefix-name",
     ),
+    # execution-policy and coalesce-request-input are accepted for tritonserver command lines and have no effect
+    # (modelhost runs one batch per instance at a time, and copies each request's inputs): docs/backends/tensorrt.md.
+    "openvino": ("default-max-batch-size",),
+    "fil": ("default-max-batch-size", "cpu_nthread"),
+    "tensorrt": ("version-compatible", "plugins", "execution-policy", "coalesce-request-input"),
 }
 TEXT_BACKEND_CONFIG = frozenset({"shm-region-prefix-name"})
+# Settings whose values the backend checks when it loads a model (paths, booleans, names).
+BACKEND_CHECKED_CONFIG = frozenset({"version-compatible", "plugins", "execution-policy", "coalesce-request-input"})
 
 
 def auto_frontend_processes(cores: int) -> int:
@@ -250,6 +257,8 @@ def _backend_config_problems(config: dict[str, dict[str, str]]) -> list[str]:
             where = f"{backend},{key}" if backend else key
             if honoured is None or key not in honoured:
                 problems.append(f"--backend-config {where} is not supported yet")
+            elif key in BACKEND_CHECKED_CONFIG:
+                continue
             elif key in TEXT_BACKEND_CONFIG:
                 if not value or "/" in value or any(c.isspace() for c in value):
                     problems.append(

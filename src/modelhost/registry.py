@@ -361,7 +361,12 @@ class ModelRegistry:
 
     def _read_config(self, model_dir: Path, override: LoadOverride | None, name: str = "") -> Any:
         settings = self.settings
-        default_mbs = int(settings.backend_settings("onnxruntime").get("default-max-batch-size", "4"))
+        # --backend-config=default-max-batch-size (global) and =<backend>,default-max-batch-size, by backend.
+        default_mbs = {
+            backend: int(values["default-max-batch-size"])
+            for backend, values in settings.backend_config.items()
+            if "default-max-batch-size" in values
+        }
         if override is not None and override.config_json is not None:
             parsed = config_from_json(override.config_json, model_dir.name)
             return complete_model_config(

@@ -46,6 +46,41 @@ _BACKENDS: dict[str, BackendEntry] = {
 }
 
 
+# `modelhost convert <name>`: model converters a backend provides, "module:function(argv) -> exit code", each with
+# its backend's entry (whose extra a missing framework names) and a one-line description.
+_CONVERTERS: dict[str, tuple[str, str, str]] = {
+    "onnx-to-tensorrt": (
+        "modelhost.backends.tensorrt.convert:main",
+        "tensorrt",
+        "Build a TensorRT plan (model.plan) from an ONNX model, with an optimisation profile (trtexec's job).",
+    ),
+}
+
+
+def converters() -> dict[str, str]:
+    """Converter name -> its description."""
+    return {name: description for name, (_, _, description) in _CONVERTERS.items()}
+
+
+def run_converter(name: str, argv: list[str]) -> int:
+    """Run converter `name` on its arguments; its exit code. The caller checks that `name` exists."""
+    target, backend, _ = _CONVERTERS[name]
+    module, _, attribute = target.partition(":")
+    entry = _BACKENDS[backend]
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").partition(".")[0]
+        if missing not in entry.frameworks:
+            raise
+        raise MissingExtra(
+            f"'{name}' needs the Python package '{missing}', which is not installed; install it with: "
+            f"pip install 'modelhost[{entry.extra}]'"
+        ) from e
+    code: int = getattr(loaded, attribute)(argv)
+    return code
+
+
 def register(name: str, target: str, extra: str = "", frameworks: tuple[str, ...] = ()) -> None:
     """Serve models of backend `name` with the class at "module:class"."""
     _BACKENDS[name] = BackendEntry(target, extra, frameworks)
@@ -100,4 +135,13 @@ def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -
     return True
 
 
-__all__ = ["BackendEntry", "MissingExtra", "autocomplete", "backend_for", "register", "supported"]
+__all__ = [
+    "BackendEntry",
+    "MissingExtra",
+    "autocomplete",
+    "backend_for",
+    "converters",
+    "register",
+    "run_converter",
+    "supported",
+]

@@ -12,6 +12,7 @@ The pipeline of `load_model_config` follows Triton's model loading:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -33,13 +34,14 @@ def complete_model_config(
     *,
     source: str,
     auto_complete: bool = True,
-    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    default_max_batch_size: int | Mapping[str, int] = DEFAULT_MAX_BATCH_SIZE,
     gpu_count: int = 0,
     model_name: str = "",
 ) -> ModelConfig:
     """Steps 2-5 of the pipeline on a parsed config (from a file or a load request's override).
 
     Returns a completed copy; `config` itself is not changed. `source` names the config in error messages.
+    `default_max_batch_size`: one value, or one per backend name ("" for the others).
     `model_name`: the name the model is served as when it is not its directory's (a directory registered under
     another name, as SageMaker's multi-model load does): the config takes that name.
     """
@@ -56,6 +58,11 @@ def complete_model_config(
     except InvalidConfig as err:
         raise ModelConfigError(f"{err.message} (in {source})") from None
     # The backend's own hook (the ONNX model's inputs and outputs, a python model's auto_complete_config).
+    if isinstance(default_max_batch_size, Mapping):
+        # --backend-config=<backend>,default-max-batch-size wins over the global setting for that backend's models.
+        default_max_batch_size = default_max_batch_size.get(
+            completed.backend, default_max_batch_size.get("", DEFAULT_MAX_BATCH_SIZE)
+        )
     if auto_complete and autocomplete(completed, model_dir, default_max_batch_size=default_max_batch_size):
         normalize_config(completed, model_name, gpu_count=gpu_count)
     validate_config(completed, model_name, source, gpu_count)
@@ -67,7 +74,7 @@ def load_model_config(
     *,
     config_name: str | None = None,
     auto_complete: bool = True,
-    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    default_max_batch_size: int | Mapping[str, int] = DEFAULT_MAX_BATCH_SIZE,
     gpu_count: int = 0,
     served_name: str = "",
 ) -> ModelConfig:

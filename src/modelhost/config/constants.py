@@ -41,6 +41,10 @@ KNOWN_BACKEND_PLATFORMS: Final[dict[str, frozenset[str]]] = {
     PYTORCH_BACKEND: frozenset({PYTORCH_PLATFORM, PYTORCH_PLATFORM_ALT, PYTORCH_AOTI_PLATFORM}),
 }
 
+# Backends that run on the CPU only: a model of theirs with no instance_group gets a KIND_CPU group, not KIND_AUTO
+# (which would mean KIND_GPU on a GPU host), as Triton's OpenVINO backend asks for in its auto-complete.
+CPU_ONLY_BACKENDS: Final = frozenset({OPENVINO_BACKEND})
+
 # Backends whose KIND_CPU instance groups default to 2 instances instead of 1 (core SetDefaultInstanceCount).
 DEFAULT_CPU_INSTANCE_COUNT: Final = 2
 MULTI_CPU_INSTANCE_BACKENDS: Final = frozenset({TENSORFLOW_BACKEND, ONNXRUNTIME_BACKEND})

@@ -44,7 +44,9 @@ def default_instance_count(kind: int, backend: str) -> int:
 def normalize_instance_groups(config: ModelConfig, gpu_count: int) -> None:
     """Give every model at least one instance group and resolve name, kind, count and gpus of each."""
     if not config.instance_group:
-        config.instance_group.add(name=config.name)
+        group = config.instance_group.add(name=config.name)
+        if config.backend in c.CPU_ONLY_BACKENDS:
+            group.kind = ModelInstanceGroup.KIND_CPU
     gpus = list(range(max(gpu_count, 0)))
     for index, group in enumerate(config.instance_group):
         if not group.name:
