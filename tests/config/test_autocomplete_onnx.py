@@ -49,7 +49,7 @@ def test_no_config_on_a_gpu_server(make_model: ModelFactory) -> None:
 def test_autofill_warns_about_max_batch_size(
     make_model: ModelFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="modelhost.backends.onnxruntime.autocomplete"):
+    with caplog.at_level(logging.WARNING, logger="modelhost.backends.batching_fill"):
         load_model_config(make_model("simple"))
     assert "autofilled max_batch_size to 4 for model 'simple'" in caplog.text
 

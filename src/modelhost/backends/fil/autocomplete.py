@@ -22,6 +22,7 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
+from modelhost.backends.batching_fill import fill_batching
 from modelhost.backends.fil.answers import OutputPlan
 from modelhost.backends.fil.files import newest_model_file
 from modelhost.backends.fil.forest import ForestFacts, LoadOptions, load_forest
@@ -45,24 +46,6 @@ def _read_facts(config: ModelConfig, path: Path, kind: str, model_name: str) -> 
         return forest.facts
     finally:
         forest.close()
-
-
-def _fill_batching(config: ModelConfig, model_name: str, default_max_batch_size: int) -> None:
-    if config.max_batch_size == 0:
-        config.max_batch_size = max(default_max_batch_size, 0)
-        log.warning(
-            "autofilled max_batch_size to %d for model '%s' since batching is supported but no max_batch_size is "
-            "specified in model configuration. Must specify max_batch_size to utilize autofill with a larger max "
-            "batch size",
-            config.max_batch_size,
-            model_name,
-        )
-    if (
-        config.max_batch_size > 1
-        and not config.HasField("dynamic_batching")
-        and not config.HasField("sequence_batching")
-    ):
-        config.dynamic_batching.SetInParent()
 
 
 def _add_tensor(tensors: Any, name: str, width: int, batching: bool) -> None:
@@ -96,7 +79,7 @@ def autocomplete_fil(config: ModelConfig, model_dir: Path, *, default_max_batch_
         log.info("autofilled is_classifier to %s for model '%s' from its objective", classifier, model_name)
     if not missing_io:
         return
-    _fill_batching(config, model_name, default_max_batch_size)
+    fill_batching(config, model_name, default_max_batch_size)
     batching = config.max_batch_size > 0
     if not config.input:
         _add_tensor(config.input, INPUT, facts.n_features, batching)

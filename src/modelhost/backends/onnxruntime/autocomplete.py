@@ -20,6 +20,7 @@ from typing import Any
 import onnxruntime as ort
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
+from modelhost.backends.batching_fill import fill_batching
 from modelhost.config.constants import DEFAULT_MAX_BATCH_SIZE
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import ModelConfigError
@@ -136,21 +137,7 @@ def autocomplete_onnx(
     inputs, outputs = read_onnx_signature(path, model_name)
 
     if _supports_batching(inputs) and _supports_batching(outputs):
-        if config.max_batch_size == 0:
-            config.max_batch_size = max(default_max_batch_size, 0)
-            _log.warning(
-                "autofilled max_batch_size to %d for model '%s' since batching is supported but no "
-                "max_batch_size is specified in model configuration. Must specify max_batch_size to utilize "
-                "autofill with a larger max batch size",
-                config.max_batch_size,
-                model_name,
-            )
-        if (
-            config.max_batch_size > 1
-            and not config.HasField("dynamic_batching")
-            and not config.HasField("sequence_batching")
-        ):
-            config.dynamic_batching.SetInParent()
+        fill_batching(config, model_name, default_max_batch_size)
     elif config.max_batch_size != 0:
         raise ModelConfigError(
             f"autofill failed for model '{model_name}': model does not support batching while non-zero "

@@ -24,6 +24,7 @@ from typing import Any
 import openvino as ov  # type: ignore[import-untyped, unused-ignore]
 from tritonclient.grpc.model_config_pb2 import DataType
 
+from modelhost.backends.batching_fill import fill_batching
 from modelhost.backends.openvino.element_types import config_type, type_name
 from modelhost.backends.openvino.model_file import autocomplete_path, new_core, read_model
 from modelhost.backends.openvino.ports import port_dims, port_name
@@ -48,21 +49,7 @@ def _fill_batching(
     config: Any, ports: Sequence[Any], name: str, default_max_batch_size: int, *, layouts_only: bool
 ) -> None:
     if all(shows_batch(port, layouts_only=layouts_only) for port in ports):
-        if config.max_batch_size == 0:
-            config.max_batch_size = max(default_max_batch_size, 0)
-            log.warning(
-                "autofilled max_batch_size to %d for model '%s' since batching is supported but no "
-                "max_batch_size is specified in model configuration. Must specify max_batch_size to utilize "
-                "autofill with a larger max batch size",
-                config.max_batch_size,
-                name,
-            )
-        if (
-            config.max_batch_size > 1
-            and not config.HasField("dynamic_batching")
-            and not config.HasField("sequence_batching")
-        ):
-            config.dynamic_batching.SetInParent()
+        fill_batching(config, name, default_max_batch_size)
     elif config.max_batch_size != 0:
         log.warning(
             "model layout for model %s does not support batching while non-zero max_batch_size is specified",
