@@ -401,7 +401,8 @@ class ModelRegistry:
             if override is None:
                 entry.seen = seen
             config = await asyncio.to_thread(self._read_config, model_dir, override, name)
-            backend = None if is_ensemble(config) else backend_for(config)
+            # Off the event loop: the first model of a backend imports its framework (torch, openvino: seconds).
+            backend = None if is_ensemble(config) else await asyncio.to_thread(backend_for, config)
             if backend is None:
                 composing = await self._load_composing(name, config, scanned)
         except ModelhostError as e:

@@ -15,6 +15,7 @@ from typing import Any
 from tritonclient.grpc.model_config_pb2 import DataType
 
 from modelhost.errors import ModelConfigError
+from modelhost.scheduling.sequence_batcher import server_fed_inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,12 @@ def check_dims(
         )
 
 
+def fed_by_server(config: Any) -> set[str]:
+    """Model inputs the server feeds and a config does not list as inputs: a sequence batcher's control inputs
+    and implicit state, and ragged batching's batch inputs."""
+    return server_fed_inputs(config) | {name for b in config.batch_input for name in b.target_name}
+
+
 def check_io(
     model_name: str,
     config: Any,
@@ -105,8 +112,10 @@ def check_io(
                 )
             # A ragged input reaches the model flattened, and a batch output leaves it so: neither has its config
             # shape in the model (Triton skips both too).
-            if found.dims is not None and not getattr(tensor, "allow_ragged_batch", False) and (
-                tensor.name not in scattered
+            if (
+                found.dims is not None
+                and not getattr(tensor, "allow_ragged_batch", False)
+                and (tensor.name not in scattered)
             ):
                 check_dims(model_name, tensor, found.dims, int(config.max_batch_size))
     if check_missing_inputs:
@@ -118,4 +127,4 @@ def check_io(
             )
 
 
-__all__ = ["TensorInfo", "check_dims", "check_io", "config_shape"]
+__all__ = ["TensorInfo", "check_dims", "check_io", "config_shape", "fed_by_server"]

@@ -47,6 +47,19 @@ def test_outputs_are_copies(make_model: MakeModel, load: Load) -> None:
     np.testing.assert_array_equal(first, np.full((2, 4), 2, np.float32))
 
 
+def test_a_left_out_input_is_refused_not_read_from_the_last_batch(make_model: MakeModel, load: Load) -> None:
+    # An `optional` input a request leaves out: OpenVINO would reuse the last batch's (freed) tensor.
+    instance = load(make_model("m", add_sub()))
+    ones = np.ones((2, 4), np.float32)
+    instance.execute({"INPUT0": ones, "INPUT1": ones}, ["OUTPUT0"])
+    with pytest.raises(
+        BackendInvalidArgument, match=r"needs every input on the OpenVINO backend; missing: \['INPUT1'\]"
+    ):
+        instance.execute({"INPUT0": ones}, ["OUTPUT0"])
+    both = instance.execute({"INPUT0": ones, "INPUT1": ones * 3}, ["OUTPUT0"])["OUTPUT0"]
+    np.testing.assert_array_equal(both, np.full((2, 4), 4, np.float32))
+
+
 def test_only_the_requested_outputs(make_model: MakeModel, load: Load) -> None:
     instance = load(make_model("m", add_sub()))
     ones = np.ones((1, 4), np.float32)

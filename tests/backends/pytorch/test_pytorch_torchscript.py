@@ -312,27 +312,36 @@ def test_without_weight_sharing_each_instance_has_its_module(
     np.testing.assert_array_equal(second.execute({"x": x}, ["y"])["y"], x + 1)
 
 
-def test_execution_switches(make_model: ModelFactory, load_instance: Loader) -> None:
+def test_execution_switches(
+    make_model: ModelFactory, load_instance: Loader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The torch-wide switches are recorded, not changed for the rest of the test run.
+    calls: list[tuple[str, bool]] = []
+    for setter in (
+        "_jit_set_profiling_executor",
+        "_jit_set_profiling_mode",
+        "_jit_set_texpr_fuser_enabled",
+        "_set_graph_executor_optimize",
+    ):
+        monkeypatch.setattr(torch._C, setter, lambda value, _name=setter: calls.append((_name, value)) or True)
     extra = " ".join(
         f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}'
         for k, v in (
             ("INFERENCE_MODE", "false"),
             ("DISABLE_OPTIMIZED_EXECUTION", "true"),
-            ("ENABLE_JIT_PROFILING", "true"),
-            ("ENABLE_JIT_EXECUTOR", "true"),
+            ("ENABLE_JIT_PROFILING", "false"),
+            ("ENABLE_JIT_EXECUTOR", "false"),
             ("ENABLE_TENSOR_FUSER", "false"),
         )
     )
     instance = load_instance(make_model("add_sub", script(AddSub()), ADD_SUB_CONFIG + extra))
-    fuser = torch._C._jit_texpr_fuser_enabled()
-    try:
-        out = instance.execute({"x": fp32([1, 2, 3, 4]), "y": fp32([1, 1, 1, 1])}, ["OUTPUT__0"])
-        assert not torch._C._jit_texpr_fuser_enabled()
-        assert not torch._C._get_graph_executor_optimize()
-    finally:
-        torch._C._jit_set_texpr_fuser_enabled(fuser)
-        torch._C._set_graph_executor_optimize(True)
+    calls.clear()
+    out = instance.execute({"x": fp32([1, 2, 3, 4]), "y": fp32([1, 1, 1, 1])}, ["OUTPUT__0"])
     np.testing.assert_array_equal(out["OUTPUT__0"], fp32([2, 3, 4, 5]))
+    assert ("_jit_set_profiling_executor", False) in calls
+    assert ("_jit_set_profiling_mode", False) in calls
+    assert ("_jit_set_texpr_fuser_enabled", False) in calls
+    assert ("_set_graph_executor_optimize", False) in calls
 
 
 def test_instances_run_with_their_models_thread_share(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from trt_fakes import (
@@ -22,9 +23,10 @@ from trt_fakes import (
 
 from modelhost import gpu_memory
 from modelhost.backends.tensorrt.engine import EngineDescription, EngineTensor
+from modelhost.backends.tensorrt.instance import TensorRTInstance
 from modelhost.backends.tensorrt.loader import EngineCache, load_instance
 from modelhost.backends.tensorrt.runtime import plan_failure_message
-from modelhost.errors import ModelConfigError, Unavailable
+from modelhost.errors import BackendInvalidArgument, ModelConfigError, Unavailable
 from modelhost.gpu_memory import GpuMemory, GpuUsage
 
 BATCH_CONFIG = """
@@ -289,8 +291,14 @@ def test_a_config_the_engine_contradicts_is_refused(tmp_path: Path, config_text:
 
 
 def test_a_static_engine_with_a_fixed_batch_dimension_serves_a_batching_config(tmp_path: Path) -> None:
+    # The config's batch dimension is a wildcard against the engine's fixed 8 (Triton's rule): it loads, a batch of
+    # 8 runs, and another batch size is a 400 naming the engine's range.
     description = engine(static_input("x", (8, 3)), output("y", (8, 2)))
-    _load(tmp_path, gpu_config(BATCH_CONFIG), _runtime(description))  # Triton's wildcard batch dimension
+    instance = _load(tmp_path, gpu_config(BATCH_CONFIG), _runtime(description))
+    assert isinstance(instance, TensorRTInstance)
+    assert instance.execute({"x": np.ones((8, 3), np.float32)}, ["y"])["y"].shape == (8, 2)
+    with pytest.raises(BackendInvalidArgument, match="between 8 and 8 but received 3"):
+        instance.execute({"x": np.ones((3, 3), np.float32)}, ["y"])
 
 
 @pytest.mark.parametrize(

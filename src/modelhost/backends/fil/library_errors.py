@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from modelhost.backends import framework_warnings
 from modelhost.errors import ModelConfigError
 
 log = logging.getLogger(__name__)
 
 _PREFIX = re.compile(r"^(\[\d\d:\d\d:\d\d\] )?(\S+\.(cc|h|cpp|cu):\d+: )?")
-# warnings.catch_warnings changes process-wide state: one capture at a time.
-_CAPTURE = threading.Lock()
 
 
 def reason(err: BaseException) -> str:
@@ -40,16 +36,11 @@ def load_error(model_name: str, model_type: str, path: Path, err: BaseException)
     )
 
 
-@contextmanager
-def warnings_logged(model_name: str) -> Iterator[None]:
+def warnings_logged(model_name: str) -> AbstractContextManager[None]:
     """Log, instead of emitting, the Python warnings raised inside the block."""
-    with _CAPTURE, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            for warning in caught:
-                log.warning("model '%s': %s", model_name, reason(Exception(str(warning.message))))
+    return framework_warnings.logged(
+        log, lambda message: f"model '{model_name}': {reason(Exception(str(message)))}"
+    )
 
 
 __all__ = ["load_error", "reason", "warnings_logged"]

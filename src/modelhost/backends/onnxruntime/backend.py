@@ -14,13 +14,12 @@ import onnxruntime as ort
 
 from modelhost.backends.api import Arrays, BackendContext
 from modelhost.backends.cpu_threads import default_intra_op_threads
-from modelhost.backends.model_io import TensorInfo, check_io
+from modelhost.backends.model_io import TensorInfo, check_io, fed_by_server
 from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx
 from modelhost.backends.params import int_param, param
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import BackendInvalidArgument, InternalError, InvalidArgument, ModelConfigError
 from modelhost.gpu_memory import check_load_limit, cuda_provider_options
-from modelhost.scheduling.sequence_batcher import server_fed_inputs
 
 
 def _int_setting(ctx: BackendContext, key: str) -> int | None:
@@ -170,13 +169,12 @@ def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
     """The config's inputs and outputs must exist in the model with the same types and shapes, as Triton checks
     at load. Control and implicit-state inputs of a sequence model, and batch inputs, are fed by the server:
     Triton does not ask the config to list them."""
-    fed = server_fed_inputs(ctx.config) | {b.target_name[0] for b in ctx.config.batch_input if b.target_name}
     check_io(
         ctx.model_name,
         ctx.config,
         {i.name: _tensor_info(i) for i in session.get_inputs()},
         {o.name: _tensor_info(o) for o in session.get_outputs()},
-        fed_by_server=fed,
+        fed_by_server=fed_by_server(ctx.config),
     )
 
 

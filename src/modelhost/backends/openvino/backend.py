@@ -21,6 +21,7 @@ from typing import Any
 from tritonclient.grpc.model_config_pb2 import DataType
 
 from modelhost.backends.api import BackendContext
+from modelhost.backends.model_io import fed_by_server
 from modelhost.backends.openvino.autocomplete import autocomplete_openvino
 from modelhost.backends.openvino.devices import (
     available_devices,
@@ -34,7 +35,6 @@ from modelhost.backends.openvino.model_file import load_path, new_core, read_mod
 from modelhost.backends.openvino.prepare import PreparedModel, prepare_model
 from modelhost.backends.openvino.settings import OpenVINOSettings, compile_properties, read_settings
 from modelhost.errors import ModelConfigError
-from modelhost.scheduling.sequence_batcher import server_fed_inputs
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +48,6 @@ class _Version:
     compiled: Any
     plan: InstancePlan
     users: int = field(default=0)
-
-
-def _fed_by_server(config: Any) -> set[str]:
-    """Sequence controls, implicit state and batch inputs: fed by the server, not listed as config inputs."""
-    return server_fed_inputs(config) | {b.target_name[0] for b in config.batch_input if b.target_name}
 
 
 def _plan(compiled: Any, config: Any, settings: OpenVINOSettings, prepared: PreparedModel) -> InstancePlan:
@@ -100,7 +95,7 @@ def _compile(ctx: BackendContext, group: Any) -> _Version:
     check_target_device(settings.target_device, name, available)
     path = load_path(ctx.version_dir, config.default_model_filename, name, ctx.version)
     model = read_model(core, path, f"unable to load model '{name}' version {ctx.version}")
-    prepared = prepare_model(model, config, settings, name, _fed_by_server(config))
+    prepared = prepare_model(model, config, settings, name, fed_by_server(config))
     properties = compile_properties(
         settings, name, ctx.total_instances, supported_properties(core, settings.target_device)
     )

@@ -49,6 +49,13 @@ class OpenVINOInstance:
         if request is None:
             raise InternalError(f"instance '{self.name}' of model '{self.model_name}' is closed")
         plan_inputs = self._plan.inputs
+        missing = [name for name in plan_inputs if name not in inputs]
+        if missing:
+            # An `optional` input left out: OpenVINO would run on the last batch's tensor, whose memory is freed
+            # (wrong answers, then a crash), and a model graph has no "absent" input to give it instead.
+            raise BackendInvalidArgument(
+                f"model '{self.model_name}' needs every input on the OpenVINO backend; missing: {missing}"
+            )
         # The memory the input tensors wrap, alive until the outputs are copied: OpenVINO may answer an output
         # straight from an input's memory (a pass-through model).
         held = []

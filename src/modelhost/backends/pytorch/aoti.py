@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 from tritonclient.grpc.model_config_pb2 import DataType
 
+from modelhost.backends import framework_warnings
 from modelhost.backends.api import Arrays, BackendContext
 from modelhost.backends.params import model_path
 from modelhost.backends.pytorch.aoti_probe import CHECK_INPUTS, probe
@@ -62,8 +62,7 @@ def load_package(model: str, version: int, path: Path, device_index: int) -> Any
     try:
         import torch._inductor  # here, not at the top: it takes a second, and TorchScript models do not need it
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # torch's own pytree deprecations while it loads
+        with framework_warnings.ignored(FutureWarning):  # torch's own pytree deprecations while it loads
             return torch._inductor.aoti_load_package(str(path), device_index=device_index)
     except Exception as e:
         raise ModelConfigError(

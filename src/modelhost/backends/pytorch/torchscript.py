@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 from tritonclient.grpc.model_config_pb2 import DataType
 
+from modelhost.backends import framework_warnings
 from modelhost.backends.api import Arrays, BackendContext
 from modelhost.backends.params import model_path
 from modelhost.backends.pytorch.naming import InputBinding, OutputBinding, bind_inputs, bind_outputs
@@ -54,12 +54,10 @@ class Plan:
 
 def load_module(model: str, version: int, path: Path, placement: Placement, inference_mode: bool) -> Any:
     try:
-        with warnings.catch_warnings():
-            # torch 2.13 deprecates TorchScript; Triton's backend still serves it, and so do we, without the noise.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            # Loaded as Triton loads it: under inference mode unless INFERENCE_MODE is false.
-            with torch.inference_mode(inference_mode):
-                return torch.jit.load(str(path), map_location=placement.map_location)  # type: ignore[no-untyped-call]
+        # torch 2.13 deprecates TorchScript; Triton's backend still serves it, and so do we, without the noise.
+        # Loaded as Triton loads it: under inference mode unless INFERENCE_MODE is false.
+        with framework_warnings.ignored(DeprecationWarning), torch.inference_mode(inference_mode):
+            return torch.jit.load(str(path), map_location=placement.map_location)  # type: ignore[no-untyped-call]
     except Exception as e:
         raise ModelConfigError(
             f"unable to load model '{model}' version {version}: failed to load TorchScript file '{path}' (a "

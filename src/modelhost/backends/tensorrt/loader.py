@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from modelhost.backends.api import BackendContext
+from modelhost.backends.model_io import fed_by_server
 from modelhost.backends.params import group_kind
 from modelhost.backends.tensorrt.autocomplete import autocomplete_from_engine
 from modelhost.backends.tensorrt.checks import check_config_against_engine
@@ -31,7 +32,6 @@ from modelhost.config.constants import TENSORRT_FILENAME
 from modelhost.errors import ModelConfigError, ModelhostError
 from modelhost.gpu_memory import check_load_limit
 from modelhost.repository.layout import version_directories
-from modelhost.scheduling.sequence_batcher import server_fed_inputs
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def load_instance(
         loaded = deserialize_plan(runtime, ctx.model_name, path, device_id, settings)
     engine = loaded.description
     profiles = instance_profiles(group, engine.num_profiles, name)
-    fed = server_fed_inputs(ctx.config) | {b.target_name[0] for b in ctx.config.batch_input if b.target_name}
+    fed = fed_by_server(ctx.config)
     check_config_against_engine(ctx.model_name, ctx.config, engine, profiles, fed)
     if not engine.has_dynamic_shapes:
         cache.put(path, device_id, loaded)
