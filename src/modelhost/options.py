@@ -34,7 +34,9 @@ HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
 }
 TEXT_BACKEND_CONFIG = frozenset({"shm-region-prefix-name"})
 # Settings whose values the backend checks when it loads a model (paths, booleans, names).
-BACKEND_CHECKED_CONFIG = frozenset({"version-compatible", "plugins", "execution-policy", "coalesce-request-input"})
+BACKEND_CHECKED_CONFIG = frozenset(
+    {"version-compatible", "plugins", "execution-policy", "coalesce-request-input"}
+)
 
 
 def auto_frontend_processes(cores: int) -> int:
