@@ -323,7 +323,9 @@ def test_execution_switches(
         "_jit_set_texpr_fuser_enabled",
         "_set_graph_executor_optimize",
     ):
-        monkeypatch.setattr(torch._C, setter, lambda value, _name=setter: calls.append((_name, value)) or True)
+        monkeypatch.setattr(
+            torch._C, setter, lambda value, _name=setter: calls.append((_name, value)) or True
+        )
     extra = " ".join(
         f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}'
         for k, v in (
