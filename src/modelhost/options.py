@@ -30,6 +30,7 @@ HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
     # (modelhost runs one batch per instance at a time, and copies each request's inputs): docs/backends/tensorrt.md.
     "openvino": ("default-max-batch-size",),
     "fil": ("default-max-batch-size", "cpu_nthread"),
+    "tensorflow": ("default-max-batch-size", "version"),
     "tensorrt": ("version-compatible", "plugins", "execution-policy", "coalesce-request-input"),
 }
 TEXT_BACKEND_CONFIG = frozenset({"shm-region-prefix-name"})
