@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 import sys
 import types
@@ -810,3 +811,26 @@ def test_memory_and_sagemaker_flag_problems(argv: list[str], message: str) -> No
 def test_log_verbose_takes_true_and_false_as_tritonserver_does() -> None:
     assert parse_serve_args(["--log-verbose=true"]).log_verbose == 1
     assert parse_serve_args(["--log-verbose=false"]).log_verbose == 0
+
+
+def test_convert_lists_the_converters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["convert", "--help"]) == 0
+    assert "onnx-to-tensorrt" in capsys.readouterr().out
+    assert main(["convert"]) == 2
+
+
+def test_an_unknown_converter_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["convert", "onnx-to-openvino"]) == 2
+    assert "unknown converter 'onnx-to-openvino' (converters: onnx-to-tensorrt)" in capsys.readouterr().err
+
+
+def test_onnx_to_tensorrt_without_tensorrt_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("onnx")
+    if importlib.util.find_spec("tensorrt") is not None:
+        pytest.skip("tensorrt is installed here")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"not read before tensorrt is needed")
+    assert main(["convert", "onnx-to-tensorrt", "--onnx", str(model), "--opt-shapes", "x:8x4"]) == 2
+    assert "pip install 'modelhost[tensorrt]'" in capsys.readouterr().err
