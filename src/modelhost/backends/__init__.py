@@ -1,8 +1,6 @@
-"""Backends: the runtimes that execute a model. Each one turns a config and a version directory into instances."""
+"""Backends: the runtimes that execute a model. The contract is in api.py, the table of backends in registry.py,
+and each backend is a package of its own.
 
-from __future__ import annotations
-
-from modelhost.backends.api import Backend, BackendContext, ModelInstance
-from modelhost.backends.registry import backend_for, register
-
-__all__ = ["Backend", "BackendContext", "ModelInstance", "backend_for", "register"]
+Nothing is imported here: the python backend's stub processes import `modelhost.backends.python`, and every
+module this file pulled in (the contract, the registry, grpc through errors.py) would be memory in each stub.
+"""
