@@ -201,17 +201,12 @@ def load_aoti(
     check_config_tensors(ctx.model_name, ctx.config)
     path = model_path(ctx, DEFAULT_FILENAME)
     device_index = placement.gpu if placement.gpu is not None else -1
-    load = partial(load_package, ctx.model_name, ctx.version, path, device_index)
-    release: Callable[[], None] | None = None
-    reused = False
-    if settings.weight_sharing:
-        key = module_key(ctx.model_name, ctx.version, path, str(placement.map_location))
-        package, reused = SHARED_MODULES.acquire(key, load)
-        release = partial(SHARED_MODULES.release, key)
-        if reused:
-            log.info("Reusing Inductor model loader for instance '%s'", name)
-    else:
-        package = load()
+    package, release, reused = SHARED_MODULES.load(
+        settings.weight_sharing,
+        partial(module_key, ctx.model_name, ctx.version, path, str(placement.map_location)),
+        partial(load_package, ctx.model_name, ctx.version, path, device_index),
+        f"Reusing Inductor model loader for instance '{name}'",
+    )
     try:
         plan = aoti_plan(ctx, package, settings, placement, budget, warn)
         if not reused:

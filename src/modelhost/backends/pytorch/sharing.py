@@ -9,10 +9,14 @@ caveat too).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Hashable
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def module_key(model: str, version: int, path: Path, device: str) -> tuple[Hashable, ...]:
@@ -24,17 +28,49 @@ class SharedModules:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._modules: dict[Hashable, list[Any]] = {}  # key -> [module, instances holding it]
+        self._loading: dict[Hashable, threading.Lock] = {}  # key -> held while that key's module loads
+
+    def _take(self, key: Hashable) -> Any | None:
+        entry = self._modules.get(key)
+        if entry is None:
+            return None
+        entry[1] += 1
+        return entry[0]
 
     def acquire(self, key: Hashable, load: Callable[[], Any]) -> tuple[Any, bool]:
-        """The module for `key`, loaded by `load` unless an instance holds it already; and whether it was."""
-        with self._lock:  # loads of shared modules are serialised: the second instance waits for the first
-            entry = self._modules.get(key)
-            if entry is not None:
-                entry[1] += 1
-                return entry[0], True
+        """The module for `key`, loaded by `load` unless an instance holds it already; and whether it was.
+
+        Only loads of the same key wait for each other (the second instance then reuses the first's module); the
+        global lock is never held while a file loads, so other models load and unload meanwhile."""
+        with self._lock:
+            module = self._take(key)
+            if module is not None:
+                return module, True
+            key_lock = self._loading.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                module = self._take(key)
+                if module is not None:
+                    return module, True
             module = load()
-            self._modules[key] = [module, 1]
+            with self._lock:
+                self._modules[key] = [module, 1]
+                self._loading.pop(key, None)
             return module, False
+
+    def load(
+        self, share: bool, key: Callable[[], Hashable], load: Callable[[], Any], reused_message: str
+    ) -> tuple[Any, Callable[[], None] | None, bool]:
+        """An instance's module: shared by `key` when `share` (ENABLE_WEIGHT_SHARING), else its own. Returns the
+        module, the release to call when the instance closes (None when not shared), and whether it was reused
+        (logged with `reused_message`)."""
+        if not share:
+            return load(), None, False
+        shared_key = key()
+        module, reused = self.acquire(shared_key, load)
+        if reused:
+            log.info("%s", reused_message)
+        return module, partial(self.release, shared_key), reused
 
     def release(self, key: Hashable) -> None:
         with self._lock:

@@ -185,16 +185,12 @@ def load_torchscript(
     warnings about the config (the load's first instance)."""
     check_config_tensors(ctx.model_name, ctx.config)
     path = model_path(ctx, DEFAULT_FILENAME)
-    load = partial(load_module, ctx.model_name, ctx.version, path, placement, settings.inference_mode)
-    release: Callable[[], None] | None = None
-    if settings.weight_sharing:
-        key = module_key(ctx.model_name, ctx.version, path, str(placement.map_location))
-        module, reused = SHARED_MODULES.acquire(key, load)
-        release = partial(SHARED_MODULES.release, key)
-        if reused:
-            log.info("Reusing TorchScript model for instance '%s'", name)
-    else:
-        module = load()
+    module, release, _ = SHARED_MODULES.load(
+        settings.weight_sharing,
+        partial(module_key, ctx.model_name, ctx.version, path, str(placement.map_location)),
+        partial(load_module, ctx.model_name, ctx.version, path, placement, settings.inference_mode),
+        f"Reusing TorchScript model for instance '{name}'",
+    )
     try:
         plan = _plan(ctx, module, settings, placement, budget, warn)
     except BaseException:
