@@ -6,7 +6,7 @@ The pipeline of `load_model_config` follows Triton's model loading:
    start from an empty config when auto-complete is enabled (else fail, as Triton does);
 2. fill platform / backend / default_model_filename (always, even with auto-complete disabled);
 3. normalise and check what Triton checks before the backend sees the config;
-4. auto-complete from the model (ONNX Runtime models only, so far) unless disabled;
+4. auto-complete from the model (the backend's hook: backends/registry.py) unless disabled;
 5. normalise again (preferred batch sizes, instance groups, ...) and validate everything.
 """
 
@@ -57,12 +57,12 @@ def complete_model_config(
         check_config(completed, model_name, gpu_count, complete=False)
     except InvalidConfig as err:
         raise ModelConfigError(f"{err.message} (in {source})") from None
-    # The backend's own hook (the ONNX model's inputs and outputs, a python model's auto_complete_config).
     if isinstance(default_max_batch_size, Mapping):
         # --backend-config=<backend>,default-max-batch-size wins over the global setting for that backend's models.
         default_max_batch_size = default_max_batch_size.get(
             completed.backend, default_max_batch_size.get("", DEFAULT_MAX_BATCH_SIZE)
         )
+    # The backend's own hook (the model file's inputs and outputs, a python model's auto_complete_config).
     if auto_complete and autocomplete(completed, model_dir, default_max_batch_size=default_max_batch_size):
         normalize_config(completed, model_name, gpu_count=gpu_count)
     validate_config(completed, model_name, source, gpu_count)
