@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,3 +21,11 @@ def restore_logging() -> Iterator[None]:
             handler.close()
     logger.setLevel(level)
     logger.propagate = propagate
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """An empty model repository directory (modules with a server of their own define their own `repo`)."""
+    repository = tmp_path / "models"
+    repository.mkdir()
+    return repository

@@ -69,13 +69,6 @@ ModelFactory = Callable[..., Path]
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repository = tmp_path / "models"
-    repository.mkdir()
-    return repository
-
-
-@pytest.fixture
 def make_model(repo: Path) -> ModelFactory:
     """make_model(name, config_text=None, builder=add_sub_model, versions=(1,)) -> the model directory."""
 

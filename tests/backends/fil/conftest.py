@@ -22,13 +22,6 @@ LoadInstance = Callable[..., FilInstance]
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repository = tmp_path / "models"
-    repository.mkdir()
-    return repository
-
-
-@pytest.fixture
 def make_model(repo: Path) -> MakeModel:
     """make_model(name, booster, model_type, config_text, filename=None) -> the model directory."""
 

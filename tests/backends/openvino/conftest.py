@@ -21,13 +21,6 @@ from modelhost.config import load_model_config
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repository = tmp_path / "models"
-    repository.mkdir()
-    return repository
-
-
-@pytest.fixture
 def make_model(repo: Path) -> MakeModel:
     """make_model(name, model, config_text=None, filename="model.xml") -> the model directory, version 1."""
 

@@ -40,13 +40,6 @@ def tensor(name: str, data_type: str = "TYPE_FP32", dims: str = "[ 4 ]", more: s
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repository = tmp_path / "models"
-    repository.mkdir()
-    return repository
-
-
-@pytest.fixture
 def make_model(repo: Path) -> ModelFactory:
     """make_model(name, module, config, filename="model.pt") -> the model directory (version 1)."""
 

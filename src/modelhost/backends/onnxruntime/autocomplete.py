@@ -20,7 +20,7 @@ from typing import Any
 import onnxruntime as ort
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
-from modelhost.backends.batching_fill import fill_batching
+from modelhost.backends.batching_fill import fill_batching, fill_dims
 from modelhost.config.constants import DEFAULT_MAX_BATCH_SIZE
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import ModelConfigError
@@ -99,15 +99,7 @@ def _fill_ios(config: ModelConfig, field: str, infos: Sequence[OnnxTensorInfo], 
         io = ios.add()
         io.name = info.name
         io.data_type = DataType.Value(data_type)
-        dims = info.dims[1:] if batching else info.dims
-        if dims:
-            io.dims.extend(dims)
-        else:
-            # A scalar per batch item: dims [1] on the wire, reshaped to [] for the model (batching only, as
-            # an empty reshape without batching would describe a tensor with no data).
-            io.dims.append(1)
-            if batching:
-                io.reshape.SetInParent()
+        fill_dims(io, info.dims, batching, reshape_unbatched=False)
 
 
 def autocomplete_onnx(

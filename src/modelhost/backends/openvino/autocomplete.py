@@ -24,7 +24,7 @@ from typing import Any
 import openvino as ov  # type: ignore[import-untyped, unused-ignore]
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from modelhost.backends.batching_fill import fill_batching
+from modelhost.backends.batching_fill import fill_batching, fill_dims
 from modelhost.backends.openvino.element_types import config_type, type_name
 from modelhost.backends.openvino.model_file import autocomplete_path, new_core, read_model
 from modelhost.backends.openvino.ports import port_dims, port_name
@@ -82,14 +82,7 @@ def _fill_ios(config: Any, field: str, ports: Sequence[Any], name: str) -> None:
         io = ios.add()
         io.name = tensor_name
         io.data_type = DataType.Value(datatype)
-        dims = dims[1:] if batching and dims else dims
-        if dims:
-            io.dims.extend(dims)
-        else:
-            # A scalar per batch item: dims [1] on the wire, reshaped to [] for the model (as the ONNX auto-complete).
-            io.dims.append(1)
-            if batching:
-                io.reshape.SetInParent()
+        fill_dims(io, dims, batching, reshape_unbatched=False)
 
 
 def autocomplete_openvino(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
-from modelhost.backends.batching_fill import fill_batching
+from modelhost.backends.batching_fill import fill_batching, fill_dims
 from modelhost.backends.model_io import TensorInfo, fed_by_server
 from modelhost.backends.tensorflow.settings import graph_tags, signature_key
 from modelhost.backends.tensorflow.signature import Signature, read_signature
@@ -73,16 +73,6 @@ def _batching_hint(config: ModelConfig, signature: Signature, name: str) -> bool
     return batching
 
 
-def _set_dims(io: Any, model_dims: tuple[int, ...], batching: bool) -> None:
-    dims = model_dims[1:] if batching else model_dims
-    if dims:
-        io.dims.extend(dims)
-    else:
-        # 'dims' may not be empty: one element on the wire, reshaped to the model's scalar per batch item.
-        io.dims.append(1)
-        io.reshape.SetInParent()
-
-
 def _fill(
     config: ModelConfig, field: str, tensors: Mapping[str, TensorInfo], name: str, skip: set[str]
 ) -> None:
@@ -100,7 +90,7 @@ def _fill(
             io = listed.add()
             io.name = tensor.name
             io.data_type = DataType.Value(str(tensor.data_type))
-            _set_dims(io, tensor.dims, batching)
+            fill_dims(io, tensor.dims, batching, reshape_unbatched=True)
         return
     for io in listed:
         known = tensors.get(io.name)
@@ -109,7 +99,7 @@ def _fill(
         if io.data_type == DataType.TYPE_INVALID:
             io.data_type = DataType.Value(str(known.data_type))
         if len(io.dims) == 0 and not io.HasField("reshape") and known.dims:
-            _set_dims(io, known.dims, batching)
+            fill_dims(io, known.dims, batching, reshape_unbatched=True)
 
 
 def autocomplete_tensorflow(config: ModelConfig, model_dir: Path, *, default_max_batch_size: int) -> None:

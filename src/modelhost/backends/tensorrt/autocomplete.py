@@ -21,6 +21,7 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
+from modelhost.backends.batching_fill import fill_dims
 from modelhost.backends.tensorrt.engine import EngineDescription, EngineTensor
 from modelhost.backends.tensorrt.profiles import engine_max_batch, selected_profiles
 from modelhost.errors import ModelConfigError
@@ -115,12 +116,7 @@ def _fill_dims(io: Any, tensor: EngineTensor, batching: bool) -> None:
         if tensor.shape:
             io.dims.append(tensor.shape[0] - 1 if batching else tensor.shape[0])
         return
-    dims = tensor.shape[1:] if batching else tensor.shape
-    if dims:
-        io.dims.extend(dims)
-    else:
-        io.dims.append(1)
-        io.reshape.SetInParent()
+    fill_dims(io, tensor.shape, batching, reshape_unbatched=True)
 
 
 def _fill_tensors(ios: Any, tensors: Sequence[EngineTensor], batching: bool, model_name: str) -> None:
