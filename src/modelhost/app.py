@@ -206,8 +206,15 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
     except (OSError, FrontendStartError) as e:
         log.error("failed to start the server: %s", e)
+        # Nothing was accepted yet; the frontend processes started so far get the usual time to exit.
         await _stop(
-            server, [http_server, sagemaker_server], connections, frontends, metrics_server, grpc_server, 0
+            server,
+            [http_server, sagemaker_server],
+            connections,
+            frontends,
+            metrics_server,
+            grpc_server,
+            options.exit_timeout_secs,
         )
         return 1
 

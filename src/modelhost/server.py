@@ -296,6 +296,10 @@ class Server:
     async def drain(self, timeout: float) -> bool:
         """Stop accepting and wait for in-flight requests; False if some were still running at the timeout."""
         self.accepting = False
+        if (
+            self._drained.is_set()
+        ):  # nothing in flight: done, whatever the timeout (wait_for(.., 0) would fail)
+            return True
         try:
             await asyncio.wait_for(self._drained.wait(), timeout)
         except TimeoutError:

@@ -48,9 +48,11 @@ def reserve_port(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
-    except OSError:
+    except OSError as e:
         sock.close()
-        raise
+        # asyncio's words, as the other endpoints' failures say it: which address, and why.
+        why = (e.strerror or str(e)).lower()
+        raise OSError(e.errno, f"error while attempting to bind on address {(host, port)!r}: {why}") from e
     return sock
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -168,3 +169,19 @@ def test_model_config_name_and_ignored_version_dirs(tmp_path: Path) -> None:
 def test_missing_repository_fails_to_start(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="exited with 1"):
         start_server([tmp_path / "does-not-exist"], tmp_path / "server.log")
+
+
+@pytest.mark.parametrize("taken", ["http", "grpc", "metrics"])
+def test_port_in_use_exits_with_one_clear_message(taken: str, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    copy_examples(repo, "simple")
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(RuntimeError, match="exited with 1") as failed:
+            start_server([repo], tmp_path / "server.log", f"--{taken}-port={port}")
+    log = str(failed.value)
+    assert log.count("address already in use") == 1, log
+    assert "failed to start the server" in log and str(port) in log, log
+    assert "exit timeout expired" not in log, log
