@@ -192,6 +192,8 @@ class ModelRegistry:
         self._orphans: set[str] = set()
         # Ensembles that failed to load for want of a composing model: tried again once it serves (as Triton).
         self._waiting: dict[str, str] = {}
+        # During start(): the models whose load was tried, so that none is loaded (or its failure logged) twice.
+        self._started: set[str] | None = None
         # What backends may use of the running server (python models call other models); set by the app.
         self.services = BackendServices()
         # Models never unloaded to make room or for idleness: those --load-model named (explicit mode).
@@ -252,7 +254,12 @@ class ModelRegistry:
         wanted = [name for name in wanted if name in scanned]
         if self.mode == "explicit":
             self.pinned.update(wanted)
-        await asyncio.gather(*(self._load_quietly(name, scanned) for name in wanted))
+        # In dependency order, each model once: the models first, then the ensembles using them, layer by layer,
+        # so that no ensemble loads a composing model while that model's own load is under way.
+        self._started = set()
+        for layer in self._dependency_layers(wanted, scanned):
+            await asyncio.gather(*(self._load_at_start(name, scanned) for name in layer))
+        self._started = None
         for name in wanted:  # asked for by name, even where an ensemble loaded it first
             if name in self.models:
                 self.models[name].for_ensemble = False
@@ -346,6 +353,26 @@ class ModelRegistry:
         fp = await asyncio.to_thread(fingerprint, dirs[0]) if len(dirs) == 1 else None
         return tuple(dirs), fp
 
+    def _dependency_layers(self, names: list[str], scanned: dict[str, list[Path]]) -> list[list[str]]:
+        """`names` in layers: those naming no other model of `names` first, then those whose steps are all in
+        earlier layers, and so on (what is left, on a cycle, last: its load reports the cycle)."""
+        steps = {name: set(self._steps_in_files(name, scanned)) & set(names) for name in names}
+        layers: list[list[str]] = []
+        placed: set[str] = set()
+        while len(placed) < len(names):
+            layer = [n for n in names if n not in placed and steps[n] <= placed]
+            if not layer:
+                layer = [n for n in names if n not in placed]
+            layers.append(layer)
+            placed.update(layer)
+        return layers
+
+    async def _load_at_start(self, name: str, scanned: dict[str, list[Path]]) -> None:
+        async with self._lock(name):
+            if self._started is not None and name in self._started:
+                return  # loaded (or tried) already at this start, as an ensemble's composing model
+            await self._load_quietly(name, scanned)
+
     async def _load_quietly(self, name: str, scanned: dict[str, list[Path]]) -> None:
         """A load at startup or from a poll: the failure is recorded and logged, not raised."""
         with contextlib.suppress(ModelhostError):  # recorded in the entry and logged by _load
@@ -388,6 +415,8 @@ class ModelRegistry:
         )
 
     async def _load(self, name: str, scanned: dict[str, list[Path]], override: LoadOverride | None) -> None:
+        if self._started is not None:
+            self._started.add(name)
         entry = self.models.setdefault(name, ModelEntry(name))
         dirs = scanned.get(name, [])
         holder: tempfile.TemporaryDirectory[str] | None = None
@@ -544,6 +573,10 @@ class ModelRegistry:
                 raise ModelConfigError(unavailable)
             async with self._lock(dependency):
                 entry = self.models.get(dependency)
+                tried = self._started is not None and dependency in self._started
+                if tried and (entry is None or not entry.serving()):
+                    # It failed earlier in this start (and said why): not loaded, nor logged, twice.
+                    raise ModelConfigError(unavailable)
                 if entry is None or not entry.serving():
                     try:
                         await self._load(dependency, scanned, None)
@@ -560,15 +593,7 @@ class ModelRegistry:
         files alone: the models on the cycle cannot be loaded to find out)."""
 
         def steps_of(model: str) -> list[str]:
-            dirs = scanned.get(model, [])
-            path = config_path(dirs[0], self.settings.config_name) if len(dirs) == 1 else None
-            if path is None:
-                return []
-            try:
-                found = read_config(path, model)
-            except ModelhostError:
-                return []  # its own load reports it
-            return [s.model_name for s in found.ensemble_scheduling.step]
+            return self._steps_in_files(model, scanned)
 
         def walk(model: str, steps: list[str], path: list[str]) -> list[str]:
             for step in steps:
@@ -581,6 +606,19 @@ class ModelRegistry:
             return []
 
         return walk(name, [s.model_name for s in config.ensemble_scheduling.step], [])
+
+    def _steps_in_files(self, model: str, scanned: dict[str, list[Path]]) -> list[str]:
+        """The models an ensemble's steps name, read from its config file alone ([] for other models, or where
+        the file cannot be read: its own load reports that)."""
+        dirs = scanned.get(model, [])
+        path = config_path(dirs[0], self.settings.config_name) if len(dirs) == 1 else None
+        if path is None:
+            return []
+        try:
+            found = read_config(path, model)
+        except ModelhostError:
+            return []
+        return [s.model_name for s in found.ensemble_scheduling.step]
 
     def _build_ensemble(
         self, name: str, version: int, model_dir: Path, config: Any, composing: dict[str, Any]
