@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from modelhost import errors
 from modelhost.logs import LevelFilter, TritonFormatter, configure_logging, log_table
 from modelhost.options import ServerOptions
 
@@ -218,3 +219,18 @@ def test_multiline_cell_spans_lines_of_its_row() -> None:
 def test_row_of_the_wrong_width_is_refused() -> None:
     with pytest.raises(ValueError, match="2 cells, expected 3"):
         log_table(["Model", "Version", "Status"], [["simple", 1]])
+
+
+def test_failed_requests_are_errors_only_when_the_server_is_at_fault() -> None:
+    client_side = [
+        errors.InvalidArgument("x"),
+        errors.NotFound("x"),
+        errors.Unavailable("x"),
+        errors.Rejected("x"),
+        errors.Unsupported("x"),  # CUDA shared memory on a host without a GPU, a decoupled model over HTTP
+        errors.OutOfMemory("x"),
+        errors.UnsupportedMediaType("x"),
+        errors.Cancelled("x"),
+    ]
+    assert {errors.request_failure_level(e) for e in client_side} == {logging.INFO}
+    assert errors.request_failure_level(errors.InternalError("x")) == logging.ERROR

@@ -19,6 +19,8 @@ Messages follow Triton's wording where clients and tests match on it.
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 
 
@@ -106,6 +108,14 @@ class InternalError(ModelhostError):
     failure_reason = "BACKEND"
 
 
+def request_failure_level(e: ModelhostError) -> int:
+    """The level a failed request is logged at, the same for every endpoint and feature: ERROR only for a fault
+    of the server itself (500); INFO for what the client asked wrongly or what this server does not offer or
+    cannot do now (4xx, 501, 503, 507): the client gets the reason in its answer, and a flood of such requests
+    must not fill the error log."""
+    return logging.ERROR if isinstance(e, InternalError) or e.http_status == 500 else logging.INFO
+
+
 __all__ = [
     "AlreadyExists",
     "BackendInvalidArgument",
@@ -121,4 +131,5 @@ __all__ = [
     "Unavailable",
     "Unsupported",
     "UnsupportedMediaType",
+    "request_failure_level",
 ]

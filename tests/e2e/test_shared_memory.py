@@ -4,6 +4,7 @@ tritonclient.utils.shared_memory and tritonclient HTTP and gRPC, as Triton's L0_
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -247,17 +248,24 @@ def test_http_register_body_errors(server: RunningServer, regions: Regions) -> N
     assert requests.post(f"{base}/status", timeout=10).status_code == 405
 
 
-def test_cuda_shared_memory_is_refused(client: Any, protocol: str) -> None:
+def test_cuda_shared_memory_is_refused(server: RunningServer, client: Any, protocol: str) -> None:
     status = client.get_cuda_shared_memory_status()
     assert (status if protocol == "http" else list(status.regions)) == []
+    region = f"cuda_{protocol}"
     expect(
-        lambda: client.register_cuda_shared_memory("c", b"\0" * 64, 0, 64),
+        lambda: client.register_cuda_shared_memory(region, b"\0" * 64, 0, 64),
         protocol,
         "501",
         "UNIMPLEMENTED",
         "CUDA shared memory",
     )
     client.unregister_cuda_shared_memory()
+    # Logged once, at the level of every other refused request (info), not as a server error.
+    deadline = time.monotonic() + 10
+    while not (lines := [ln for ln in server.log().splitlines() if "CUDA shared memory" in ln and region in ln]):
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.05)
+    assert len(lines) == 1 and lines[0].startswith("I"), lines
 
 
 # --- Inference

@@ -15,7 +15,14 @@ from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
 from modelhost.devices import gpu_count
-from modelhost.errors import DecoupledModel, InvalidArgument, ModelhostError, NotFound, Unsupported
+from modelhost.errors import (
+    DecoupledModel,
+    InvalidArgument,
+    ModelhostError,
+    NotFound,
+    Unsupported,
+    request_failure_level,
+)
 from modelhost.frontends.grpc.calls import AbortError, CallContext
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.model import EMPTY_FINAL_RESPONSE
@@ -33,10 +40,7 @@ STREAM_WINDOW = 64
 
 
 async def _fail(context: CallContext, what: str, e: ModelhostError) -> NoReturn:
-    if e.http_status >= 500:
-        log.error("%s failed: %s", what, e)
-    else:
-        log.info("%s failed: %s", what, e)
+    log.log(request_failure_level(e), "%s failed: %s", what, e)
     await context.abort(e.grpc_code, str(e))
     raise e  # unreachable: abort raises
 

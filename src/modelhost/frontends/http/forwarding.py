@@ -77,7 +77,7 @@ class ForwardingRoutes:
             f"{len(request.body)} bytes would pass its limit of {self.buffer_limit} bytes "
             "(--frontend-buffer-byte-size)"
         )
-        log.warning("%s %s refused: %s", request.method, request.path, message)
+        log.info("%s %s refused: %s", request.method, request.path, message)  # as every refused request
         m = _INFER.fullmatch(request.path) if request.method == "POST" else None
         if m is not None:
             self.engine.send(Refused(unquote(m.group(1)), m.group(2) or ""))

@@ -12,7 +12,14 @@ from urllib.parse import unquote
 import orjson
 
 from modelhost.devices import gpu_count
-from modelhost.errors import InternalError, InvalidArgument, ModelhostError, NotFound, Unsupported
+from modelhost.errors import (
+    InternalError,
+    InvalidArgument,
+    ModelhostError,
+    NotFound,
+    Unsupported,
+    request_failure_level,
+)
 from modelhost.frontends.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
 from modelhost.frontends.http.generate_codec import (
     ONE_RESPONSE,
@@ -60,10 +67,7 @@ def _release_when_decoded(decoding: asyncio.Future[DecodedInfer]) -> None:
 
 def failure_response(method: str, path: str, e: ModelhostError) -> HttpResponse:
     """The answer to a request that failed with `e`, logged once: as an error when it is the server's fault."""
-    if e.http_status >= 500:
-        log.error("%s %s: %s", method, path, e)
-    else:
-        log.info("%s %s failed: %s", method, path, e)
+    log.log(request_failure_level(e), "%s %s failed: %s", method, path, e)
     response = error_response(e.http_status, str(e))
     if e.http_status == 415:
         response.headers.append(("Accept-Encoding", "gzip, deflate"))
