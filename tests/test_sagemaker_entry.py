@@ -202,10 +202,10 @@ def test_model_namespacing_bad_value_fails(repo: Path) -> None:
         launch({"SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "yes"}, repo)
 
 
-def test_tensorflow_version_is_left_out_with_a_note(repo: Path) -> None:
+def test_tensorflow_version_goes_to_the_tensorflow_backend(repo: Path) -> None:
     result = launch({"SAGEMAKER_TRITON_TENSORFLOW_VERSION": "2"}, repo)
-    assert not any("tensorflow," in arg for arg in result.argv)
-    assert any("SAGEMAKER_TRITON_TENSORFLOW_VERSION=2 left out" in note for note in result.notes)
+    assert "--backend-config=tensorflow,version=2" in result.argv
+    assert not any("TENSORFLOW" in note for note in result.notes)
 
 
 # Ping mode and inference type -------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ Variables (empty counts as unset):
   SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE         --backend-config=python,shm-growth-byte-size (default 1 MiB)
   SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT         --model-load-gpu-limit <gpu>:<fraction> for each GPU
   SAGEMAKER_TRITON_ADDITIONAL_ARGS              more serve options, split at whitespace (quotes stay literal)
-  SAGEMAKER_TRITON_TENSORFLOW_VERSION           left out: modelhost has no TensorFlow backend
+  SAGEMAKER_TRITON_TENSORFLOW_VERSION           --backend-config=tensorflow,version (2: the only one)
   SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING    left out: modelhost does not namespace model names
   MODELHOST_SAGEMAKER_MODEL_DIR                 modelhost only: use this directory instead of /opt/ml/model
   MODELHOST_SAGEMAKER_MODEL_ROOT                modelhost only: the MME model urls' root instead of /opt/ml/models
@@ -139,13 +139,7 @@ def sagemaker_launch(
          SHM_DEFAULT_BYTE_SIZE)  # fmt: skip
     flag("--backend-config=python,shm-growth-byte-size", "SAGEMAKER_TRITON_SHM_GROWTH_BYTE_SIZE",
          SHM_GROWTH_BYTE_SIZE)  # fmt: skip
-    tensorflow_version = get("SAGEMAKER_TRITON_TENSORFLOW_VERSION")
-    if tensorflow_version is not None:
-        notes.append(
-            f"NOTE: SAGEMAKER_TRITON_TENSORFLOW_VERSION={tensorflow_version} left out "
-            f"(--backend-config=tensorflow,version={tensorflow_version}): modelhost has no TensorFlow backend, "
-            "so TensorFlow models do not load whatever the version; other models are unaffected."
-        )
+    flag("--backend-config=tensorflow,version", "SAGEMAKER_TRITON_TENSORFLOW_VERSION")
     gpu_limit = get("SAGEMAKER_TRITON_MODEL_LOAD_GPU_LIMIT")
     if gpu_limit is not None:
         gpus = _gpu_count() if gpu_count is None else gpu_count

@@ -29,18 +29,22 @@ log = logging.getLogger("modelhost.server")
 # Inputs larger than this are hashed for the response cache on a worker thread (64 MiB take tens of ms).
 _HASH_ON_THREAD_BYTES = 1 << 20
 
-# Extensions listed in server metadata: only the ones this server implements.
+# Extensions listed in server metadata, in Triton's order: only the ones this server implements.
+# system_shared_memory only with --allow-client-shm=true; cuda_shared_memory never (registration is refused).
 EXTENSIONS = [
     "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "binary_tensor_data",
     "parameters",
     "statistics",
-    "logging",
     "trace",
-    "model_repository",
-    "model_repository(unload_dependents)",
+    "logging",
 ]
+_SHM_AFTER = EXTENSIONS.index("model_configuration") + 1
 
 
 class Server:
@@ -96,7 +100,9 @@ class Server:
         return self.registry.get(name, version).decoupled
 
     def metadata(self) -> dict[str, Any]:
-        extensions = [*EXTENSIONS, "system_shared_memory"] if self.shared_memory.allowed else EXTENSIONS
+        extensions = list(EXTENSIONS)
+        if self.shared_memory.allowed:
+            extensions.insert(_SHM_AFTER, "system_shared_memory")
         return {"name": self.server_id, "version": TRITON_COMPAT_VERSION, "extensions": extensions}
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
