@@ -63,6 +63,28 @@ def test_core_rules(text: str, pattern: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        (
+            'model_operations { op_library_filename: "libcustom.so" }',
+            r"'model_operations' is not supported yet: custom operation libraries \(op_library_filename\) are not "
+            r"loaded \(model 'm'\)",
+        ),
+        (
+            'model_repository_agents { agents [ { name: "checksum" } ] }',
+            r"'model_repository_agents' is not supported yet: repository agents .* are not run",
+        ),
+    ],
+)
+def test_fields_not_acted_on_fail_the_load(text: str, pattern: str) -> None:
+    _fails('backend: "python" ' + text + GOOD_IO, pattern)
+
+
+def test_empty_unsupported_fields_are_harmless() -> None:
+    _check('backend: "python" model_operations {} model_repository_agents {}' + GOOD_IO)
+
+
+@pytest.mark.parametrize(
     ("io", "pattern"),
     [
         ("input [ { data_type: TYPE_FP32 dims: [1] } ]", r"model input must specify 'name' for m"),

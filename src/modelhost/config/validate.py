@@ -123,6 +123,20 @@ def _check_model_metrics(config: ModelConfig) -> None:
             raise InvalidConfig(f"histogram options must specify non-empty 'buckets' for {config.name}")
 
 
+# Fields of ModelConfig that modelhost does not act on yet, and why: a config that sets one fails its load instead
+# of loading as if the field were honoured. docs/compatibility.md lists them from here.
+FIELDS_NOT_SUPPORTED: dict[str, str] = {
+    "model_operations": "custom operation libraries (op_library_filename) are not loaded",
+    "model_repository_agents": "repository agents (such as Triton's checksum agent) are not run",
+}
+
+
+def _check_fields_not_supported(config: ModelConfig) -> None:
+    for field, why in FIELDS_NOT_SUPPORTED.items():
+        if config.HasField(field) and getattr(config, field).ListFields():
+            raise InvalidConfig(f"'{field}' is not supported yet: {why} (model '{config.name}')")
+
+
 def check_config(config: ModelConfig, model_name: str, gpu_count: int, *, complete: bool = True) -> None:
     """Raise InvalidConfig for the first broken rule, in Triton's order.
 
@@ -134,6 +148,7 @@ def check_config(config: ModelConfig, model_name: str, gpu_count: int, *, comple
     if config.max_batch_size < 0:
         raise InvalidConfig(f"'max_batch_size' must be non-negative value for {config.name}")
     _check_version_policy(config, model_name)
+    _check_fields_not_supported(config)
     if config.HasField("dynamic_batching"):
         validate_dynamic_batching(config)
     if config.HasField("sequence_batching"):
@@ -167,4 +182,4 @@ def validate_config(config: ModelConfig, model_name: str, source: str, gpu_count
         raise ModelConfigError(f"{err.message} (in {source})") from None
 
 
-__all__ = ["check_config", "validate_config"]
+__all__ = ["FIELDS_NOT_SUPPORTED", "check_config", "validate_config"]
