@@ -156,11 +156,14 @@ _FIRST_RESPONSE_HELP = "Duration from request to first response in milliseconds"
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def family_names(config: MetricsConfig, *, cpu: bool = False, gpu: bool = False) -> list[str]:
+def family_names(
+    config: MetricsConfig, *, cpu: bool = False, gpu: bool = False, cache: bool = False
+) -> list[str]:
     """The families a server with this configuration can export (the time series of each family need a
-    model, a decoupled one for the histogram, or a GPU)."""
+    model, a decoupled one for the histogram, a GPU, or a cached model)."""
     from modelhost.cpu_metrics import CPU_FAMILIES
     from modelhost.gpu_metrics import GPU_FAMILIES
+    from modelhost.response_cache import CACHE_FAMILIES
 
     names = ["nv_inference_request_failure"] + [name for name, _, _ in _COUNTS]
     if config.counter_latencies:
@@ -174,6 +177,8 @@ def family_names(config: MetricsConfig, *, cpu: bool = False, gpu: bool = False)
         names += CPU_FAMILIES
     if gpu:
         names += GPU_FAMILIES
+    if cache:
+        names += [name for name, _, _ in _CACHE_COUNTS] + [name for name, _ in CACHE_FAMILIES]
     return names
 
 

@@ -24,6 +24,18 @@ import numpy as np
 
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
 
+# Triton's local cache families (gauges, server-wide): name and help text, in the order render() gives values.
+CACHE_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("nv_cache_util", "Cache utilization [0.0 - 1.0]"),
+    ("nv_cache_num_entries", "Number of responses stored in response cache"),
+    ("nv_cache_num_lookups", "Number of cache lookups in response cache"),
+    ("nv_cache_num_hits", "Number of cache hits in response cache"),
+    ("nv_cache_num_misses", "Number of cache misses in response cache"),
+    ("nv_cache_num_evictions", "Number of cache evictions in response cache"),
+    ("nv_cache_lookup_duration", "Total cache lookup duration (hit and miss), in microseconds"),
+    ("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds"),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class CacheSettings:
@@ -134,22 +146,20 @@ class ResponseCache:
 
     def render(self) -> list[str]:
         """Triton's local cache families for /metrics (durations in microseconds)."""
-        families = [
-            ("nv_cache_util", "gauge", "Cache utilization [0.0 - 1.0]", f"{self.utilization:.6f}"),
-            ("nv_cache_num_entries", "gauge", "Number of responses stored in response cache", str(len(self))),
-            ("nv_cache_num_lookups", "gauge", "Number of cache lookups in response cache", str(self.lookups)),
-            ("nv_cache_num_hits", "gauge", "Number of cache hits in response cache", str(self.hits)),
-            ("nv_cache_num_misses", "gauge", "Number of cache misses in response cache", str(self.misses)),
-            ("nv_cache_num_evictions", "gauge", "Number of cache evictions in response cache", str(self.evictions)),
-            ("nv_cache_lookup_duration", "gauge", "Total cache lookup duration (hit and miss), in microseconds",
-             str(self.lookup_ns // 1000)),
-            ("nv_cache_insertion_duration", "gauge", "Total cache insertion duration, in microseconds",
-             str(self.insertion_ns // 1000)),
-        ]  # fmt: skip
+        values = (
+            f"{self.utilization:.6f}",
+            str(len(self)),
+            str(self.lookups),
+            str(self.hits),
+            str(self.misses),
+            str(self.evictions),
+            str(self.lookup_ns // 1000),
+            str(self.insertion_ns // 1000),
+        )
         lines: list[str] = []
-        for name, kind, help_text, value in families:
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
+        for (name, help_text), value in zip(CACHE_FAMILIES, values, strict=True):
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
         return lines
 
 
-__all__ = ["CacheSettings", "ResponseCache", "cache_key", "parse_cache_config"]
+__all__ = ["CACHE_FAMILIES", "CacheSettings", "ResponseCache", "cache_key", "parse_cache_config"]

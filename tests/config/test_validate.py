@@ -74,6 +74,19 @@ def test_core_rules(text: str, pattern: str) -> None:
             'model_repository_agents { agents [ { name: "checksum" } ] }',
             r"'model_repository_agents' is not supported yet: repository agents .* are not run",
         ),
+        (
+            "sequence_batching { iterative_sequence: true }",
+            r"'sequence_batching.iterative_sequence' is not supported yet: iterative sequences are not scheduled",
+        ),
+        (
+            "sequence_batching { oldest { preserve_ordering: true } }",
+            r"'sequence_batching.oldest.preserve_ordering' is not supported yet",
+        ),
+        (
+            'sequence_batching { state [ { input_name: "a" output_name: "b" data_type: TYPE_INT32 dims: [1] }, '
+            '{ input_name: "c" output_name: "d" data_type: TYPE_INT32 dims: [1] use_growable_memory: true } ] }',
+            r"'sequence_batching.state.use_growable_memory' is not supported yet",
+        ),
     ],
 )
 def test_fields_not_acted_on_fail_the_load(text: str, pattern: str) -> None:
@@ -81,7 +94,10 @@ def test_fields_not_acted_on_fail_the_load(text: str, pattern: str) -> None:
 
 
 def test_empty_unsupported_fields_are_harmless() -> None:
-    _check('backend: "python" model_operations {} model_repository_agents {}' + GOOD_IO)
+    _check(
+        'backend: "python" model_operations {} model_repository_agents {} '
+        "sequence_batching { iterative_sequence: false oldest { preserve_ordering: false } }" + GOOD_IO
+    )
 
 
 @pytest.mark.parametrize(

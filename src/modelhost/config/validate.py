@@ -7,6 +7,8 @@ then the config's source in parentheses.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from modelhost.config import constants as c
@@ -124,17 +126,33 @@ def _check_model_metrics(config: ModelConfig) -> None:
 
 
 # Fields of ModelConfig that modelhost does not act on yet, and why: a config that sets one fails its load instead
-# of loading as if the field were honoured. docs/compatibility.md lists them from here.
+# of loading as if the field were honoured. Dotted paths go through repeated fields (any element). Listed in
+# docs/compatibility.md from here.
 FIELDS_NOT_SUPPORTED: dict[str, str] = {
     "model_operations": "custom operation libraries (op_library_filename) are not loaded",
     "model_repository_agents": "repository agents (such as Triton's checksum agent) are not run",
+    "sequence_batching.iterative_sequence": "iterative sequences are not scheduled",
+    "sequence_batching.oldest.preserve_ordering": "the oldest strategy does not keep answers in arrival order",
+    "sequence_batching.state.use_same_buffer_for_input_output": "implicit state always has its own buffers",
+    "sequence_batching.state.use_growable_memory": "implicit state is not held in growable memory",
 }
 
 
+def _set_values(message: Any, path: list[str]) -> bool:
+    """Whether the field at `path` below `message` is set: true, non-zero, or a message with content."""
+    field, rest = path[0], path[1:]
+    value = getattr(message, field)
+    single = hasattr(value, "ListFields") or isinstance(value, bool | int | float | str | bytes)
+    values = [value] if single else list(value)  # a repeated field: any of its elements
+    if not rest:
+        return any(v.ListFields() if hasattr(v, "ListFields") else bool(v) for v in values)
+    return any(_set_values(v, rest) for v in values)
+
+
 def _check_fields_not_supported(config: ModelConfig) -> None:
-    for field, why in FIELDS_NOT_SUPPORTED.items():
-        if config.HasField(field) and getattr(config, field).ListFields():
-            raise InvalidConfig(f"'{field}' is not supported yet: {why} (model '{config.name}')")
+    for path, why in FIELDS_NOT_SUPPORTED.items():
+        if _set_values(config, path.split(".")):
+            raise InvalidConfig(f"'{path}' is not supported yet: {why} (model '{config.name}')")
 
 
 def check_config(config: ModelConfig, model_name: str, gpu_count: int, *, complete: bool = True) -> None:
