@@ -834,3 +834,11 @@ def test_onnx_to_tensorrt_without_tensorrt_says_what_to_install(
     model.write_bytes(b"not read before tensorrt is needed")
     assert main(["convert", "onnx-to-tensorrt", "--onnx", str(model), "--opt-shapes", "x:8x4"]) == 2
     assert "pip install 'modelhost[tensorrt]'" in capsys.readouterr().err
+
+
+def test_compatibility_prints_the_page(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compatibility"]) == 0
+    page = capsys.readouterr().out
+    assert page == (DOCS.parent / "compatibility.md").read_text(encoding="utf-8")
+    assert main(["compatibility", "--write"]) == 2
+    assert "compatibility takes no arguments" in capsys.readouterr().err

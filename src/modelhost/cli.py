@@ -451,6 +451,8 @@ def _main(args: list[str]) -> int:
         return perf_main(args[1:])
     if args and args[0] == "convert":
         return _convert_model(args[1:])
+    if args and args[0] == "compatibility":
+        return _compatibility(args[1:])
     if args and args[0].startswith("--") and args[0][2:].partition("=")[0] in FLAGS_BY_NAME:
         # Someone used to `tritonserver --model-repository=...`.
         raise CliError(f"{args[0]} is an option of the serve command: modelhost serve {' '.join(args)}")
@@ -546,7 +548,20 @@ def _top_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "convert", help="Convert a model for a backend: modelhost convert onnx-to-tensorrt ..."
     )
+    commands.add_parser(
+        "compatibility", help="Print what of Triton modelhost serves, item by item (docs/compatibility.md)."
+    )
     return parser
+
+
+def _compatibility(args: list[str]) -> int:
+    """`modelhost compatibility`: docs/compatibility.md, written from the code."""
+    if args:
+        raise CliError("compatibility takes no arguments: modelhost compatibility > docs/compatibility.md")
+    from modelhost.compatibility.page import markdown
+
+    sys.stdout.write(markdown(FLAGS, SECTIONS))
+    return 0
 
 
 def _convert_model(args: list[str]) -> int:

@@ -5,7 +5,7 @@ from google.protobuf import text_format  # type: ignore[import-untyped]
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.config.normalize import normalize_config
-from modelhost.config.validate import validate_config
+from modelhost.config.validate import FIELDS_NOT_SUPPORTED, validate_config
 from modelhost.errors import ModelConfigError
 
 GOOD_IO = """
@@ -62,35 +62,32 @@ def test_core_rules(text: str, pattern: str) -> None:
     _fails(text + GOOD_IO, pattern)
 
 
-@pytest.mark.parametrize(
-    ("text", "pattern"),
-    [
-        (
-            'model_operations { op_library_filename: "libcustom.so" }',
-            r"'model_operations' is not supported yet: custom operation libraries \(op_library_filename\) are not "
-            r"loaded \(model 'm'\)",
-        ),
-        (
-            'model_repository_agents { agents [ { name: "checksum" } ] }',
-            r"'model_repository_agents' is not supported yet: repository agents .* are not run",
-        ),
-        (
-            "sequence_batching { iterative_sequence: true }",
-            r"'sequence_batching.iterative_sequence' is not supported yet: iterative sequences are not scheduled",
-        ),
-        (
-            "sequence_batching { oldest { preserve_ordering: true } }",
-            r"'sequence_batching.oldest.preserve_ordering' is not supported yet",
-        ),
-        (
-            'sequence_batching { state [ { input_name: "a" output_name: "b" data_type: TYPE_INT32 dims: [1] }, '
-            '{ input_name: "c" output_name: "d" data_type: TYPE_INT32 dims: [1] use_growable_memory: true } ] }',
-            r"'sequence_batching.state.use_growable_memory' is not supported yet",
-        ),
-    ],
-)
-def test_fields_not_acted_on_fail_the_load(text: str, pattern: str) -> None:
-    _fails('backend: "python" ' + text + GOOD_IO, pattern)
+# One config setting each field that fails the load (config.validate.FIELDS_NOT_SUPPORTED).
+_STATE = 'input_name: "a" output_name: "b" data_type: TYPE_INT32 dims: [1]'
+_OTHER_STATE = 'input_name: "c" output_name: "d" data_type: TYPE_INT32 dims: [1]'
+NOT_SUPPORTED_EXAMPLES = {
+    "model_operations": 'model_operations { op_library_filename: "libcustom.so" }',
+    "model_repository_agents": 'model_repository_agents { agents [ { name: "checksum" } ] }',
+    "sequence_batching.iterative_sequence": "sequence_batching { iterative_sequence: true }",
+    "sequence_batching.oldest.preserve_ordering": "sequence_batching { oldest { preserve_ordering: true } }",
+    "sequence_batching.state.use_same_buffer_for_input_output": (
+        f"sequence_batching {{ state [ {{ {_STATE} use_same_buffer_for_input_output: true }} ] }}"
+    ),
+    # The second state sets it: any element of a repeated field counts.
+    "sequence_batching.state.use_growable_memory": (
+        f"sequence_batching {{ state [ {{ {_STATE} }}, {{ {_OTHER_STATE} use_growable_memory: true }} ] }}"
+    ),
+}
+
+
+def test_every_field_not_supported_has_an_example() -> None:
+    assert set(NOT_SUPPORTED_EXAMPLES) == set(FIELDS_NOT_SUPPORTED)
+
+
+@pytest.mark.parametrize("field", sorted(NOT_SUPPORTED_EXAMPLES))
+def test_fields_not_acted_on_fail_the_load(field: str) -> None:
+    message = _fails('backend: "python" ' + NOT_SUPPORTED_EXAMPLES[field] + GOOD_IO, "is not supported yet")
+    assert f"'{field}' is not supported yet: {FIELDS_NOT_SUPPORTED[field]} (model 'm')" in message
 
 
 def test_empty_unsupported_fields_are_harmless() -> None:

@@ -1,0 +1,615 @@
+"""Triton Inference Server's surface, item by item, with what modelhost does with each.
+
+Where the code can say it, it does: the backends come from the backend registry, the flags from the CLI's table,
+the protocol extensions from the server's list, the metric families from the metrics code and the unsupported
+config fields from the config checks. The rest is stated here, each with how it is checked:
+tests/test_compatibility.py probes every HTTP endpoint and gRPC method of a running server, compares the flags,
+extensions, metric families and python backend names with the code, and checks that each hand-stated item
+names a test that exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class State(StrEnum):
+    SUPPORTED = "supported"
+    PARTLY = "partly"
+    NOT_YET = "not yet"
+    NOT_PLANNED = "not planned"
+
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    state: State
+    note: str = ""
+    doc: str = ""  # a page under docs/, linked from the row
+    # What pins the state: a flag whose status must agree (refused <-> not yet), or a test ("path::name").
+    flag: str = ""
+    test: str = ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A request that shows an endpoint's state on a running server: the status it must answer."""
+
+    method: str
+    path: str
+    status: int
+    body: Any = None
+    port: str = "http"  # or "metrics"
+
+
+@dataclass(frozen=True)
+class Endpoint(Item):
+    probes: tuple[Probe, ...] = field(default=())
+
+
+# --- Backends ------------------------------------------------------------------------------------------------
+
+# Triton's backends: name -> (what it serves, platform values). Whether modelhost serves one is read from the
+# backend registry; the notes and the states of those it does not serve are here.
+TRITON_BACKENDS: dict[str, tuple[str, str]] = {
+    "onnxruntime": ("ONNX Runtime", "onnxruntime_onnx"),
+    "python": ("Python (`model.py`)", ""),
+    "pytorch": ("PyTorch: TorchScript, AOTInductor", "pytorch_libtorch, torch_aoti"),
+    "tensorrt": ("TensorRT plans", "tensorrt_plan"),
+    "tensorflow": ("TensorFlow: SavedModel, GraphDef", "tensorflow_savedmodel, tensorflow_graphdef"),
+    "openvino": ("OpenVINO", ""),
+    "fil": ("FIL: XGBoost, LightGBM, Treelite tree models", ""),
+    "dali": ("DALI pipelines", ""),
+    "vllm": ("vLLM", ""),
+    "tensorrtllm": ("TensorRT-LLM", ""),
+    "identity, repeat, square": ("Triton's test backends", ""),
+    "custom C++ backends": ("`libtriton_<name>.so` from `--backend-directory`", ""),
+}
+
+BACKEND_NOTES: dict[str, Item] = {
+    "onnxruntime": Item("onnxruntime", State.SUPPORTED, "built in", "configuration.md"),
+    "python": Item("python", State.SUPPORTED, "built in; the API below", "python-backend.md"),
+    "pytorch": Item("pytorch", State.SUPPORTED, "extra `torch`", "backends/pytorch.md"),
+    "tensorrt": Item(
+        "tensorrt",
+        State.PARTLY,
+        "extra `tensorrt`; config, auto-complete and profiles are tested on CPU with stand-in engines, the GPU "
+        "execution has not run on a GPU yet",
+        "backends/tensorrt.md",
+    ),
+    "tensorflow": Item(
+        "tensorflow", State.SUPPORTED, "extra `tensorflow` (TensorFlow 2)", "backends/tensorflow.md"
+    ),
+    "openvino": Item("openvino", State.SUPPORTED, "extra `openvino`", "backends/openvino.md"),
+    "fil": Item(
+        "fil",
+        State.SUPPORTED,
+        "extra `fil`; on CPU through XGBoost, LightGBM and Treelite",
+        "backends/fil.md",
+    ),
+    "dali": Item("dali", State.NOT_YET, "a model of backend `dali` is UNAVAILABLE with the reason"),
+    "vllm": Item("vllm", State.NOT_YET, "LLM serving; the python backend can host a vLLM engine meanwhile"),
+    "tensorrtllm": Item("tensorrtllm", State.NOT_YET, "needs the TensorRT-LLM runtime on a GPU"),
+    "identity, repeat, square": Item(
+        "identity, repeat, square",
+        State.NOT_PLANNED,
+        "Triton's own test backends; a python model does the same",
+    ),
+    "custom C++ backends": Item(
+        "custom C++ backends",
+        State.NOT_PLANNED,
+        "modelhost's backends are Python classes (`modelhost.backends.registry.register`); "
+        "`--backend-directory` is accepted and ignored",
+        "backends.md",
+        flag="backend-directory",
+    ),
+}
+
+
+# --- HTTP/REST -----------------------------------------------------------------------------------------------
+
+_TENSORS = [
+    {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+    {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16},
+]
+_GENERATE = {"INPUT0": list(range(16)), "INPUT1": [1] * 16}
+
+# Probed in this order on a server in explicit mode with `simple` and `simple_string` loaded and client shared
+# memory allowed (tests/test_compatibility.py).
+HTTP_ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        "GET /v2/health/live",
+        State.SUPPORTED,
+        "",
+        "protocols.md",
+        probes=(Probe("GET", "/v2/health/live", 200),),
+    ),
+    Endpoint(
+        "GET /v2/health/ready",
+        State.SUPPORTED,
+        "",
+        "protocols.md",
+        probes=(Probe("GET", "/v2/health/ready", 200),),
+    ),
+    Endpoint(
+        "GET /v2", State.SUPPORTED, "server metadata", "protocols.md", probes=(Probe("GET", "/v2", 200),)
+    ),
+    Endpoint(
+        "GET /v2/models/{m}[/versions/{v}]",
+        State.SUPPORTED,
+        "model metadata",
+        "protocols.md",
+        probes=(Probe("GET", "/v2/models/simple", 200), Probe("GET", "/v2/models/simple/versions/1", 200)),
+    ),
+    Endpoint(
+        "GET /v2/models/{m}[/versions/{v}]/ready",
+        State.SUPPORTED,
+        "",
+        "protocols.md",
+        probes=(Probe("GET", "/v2/models/simple/ready", 200),),
+    ),
+    Endpoint(
+        "GET /v2/models/{m}[/versions/{v}]/config",
+        State.SUPPORTED,
+        "",
+        "configuration.md",
+        probes=(Probe("GET", "/v2/models/simple/config", 200),),
+    ),
+    Endpoint(
+        "POST /v2/models/{m}[/versions/{v}]/infer",
+        State.SUPPORTED,
+        "JSON, binary tensor data, raw binary; gzip/deflate",
+        "protocols.md",
+        probes=(Probe("POST", "/v2/models/simple/infer", 200, {"inputs": _TENSORS}),),
+    ),
+    Endpoint(
+        "POST /v2/models/{m}[/versions/{v}]/generate",
+        State.SUPPORTED,
+        "",
+        "protocols.md",
+        probes=(Probe("POST", "/v2/models/simple/generate", 200, _GENERATE),),
+    ),
+    Endpoint(
+        "POST /v2/models/{m}[/versions/{v}]/generate_stream",
+        State.SUPPORTED,
+        "server-sent events",
+        "protocols.md",
+        probes=(Probe("POST", "/v2/models/simple/generate_stream", 200, _GENERATE),),
+    ),
+    Endpoint(
+        "GET /v2/models/stats, GET /v2/models/{m}[/versions/{v}]/stats",
+        State.SUPPORTED,
+        "",
+        "protocols.md",
+        probes=(Probe("GET", "/v2/models/stats", 200), Probe("GET", "/v2/models/simple/stats", 200)),
+    ),
+    Endpoint(
+        "POST /v2/repository/index",
+        State.SUPPORTED,
+        "",
+        "model-management.md",
+        probes=(Probe("POST", "/v2/repository/index", 200, {}),),
+    ),
+    Endpoint(
+        "POST /v2/repository/models/{m}/load",
+        State.SUPPORTED,
+        "with `config` and `file:` parameters",
+        "model-management.md",
+        probes=(Probe("POST", "/v2/repository/models/simple_string/load", 200, {}),),
+    ),
+    Endpoint(
+        "POST /v2/repository/models/{m}/unload",
+        State.SUPPORTED,
+        "with `unload_dependents`",
+        "model-management.md",
+        probes=(Probe("POST", "/v2/repository/models/simple_string/unload", 200, {}),),
+    ),
+    Endpoint(
+        "POST /v2/repository/{r}/...",
+        State.SUPPORTED,
+        "501, as in Triton: named repositories are refused by both",
+        "protocols.md",
+        probes=(Probe("POST", "/v2/repository/other/index", 501, {}),),
+    ),
+    Endpoint(
+        "GET /v2/systemsharedmemory[/region/{r}]/status",
+        State.SUPPORTED,
+        "",
+        "shared-memory.md",
+        probes=(Probe("GET", "/v2/systemsharedmemory/status", 200),),
+    ),
+    Endpoint(
+        "POST /v2/systemsharedmemory/region/{r}/register",
+        State.SUPPORTED,
+        "with `--allow-client-shm=true` (off by default, as in Triton)",
+        "shared-memory.md",
+        probes=(
+            Probe(
+                "POST",
+                "/v2/systemsharedmemory/region/r/register",
+                400,
+                {"key": "/modelhost_compat_no_such_region", "offset": 0, "byte_size": 64},
+            ),
+        ),
+    ),
+    Endpoint(
+        "POST /v2/systemsharedmemory[/region/{r}]/unregister",
+        State.SUPPORTED,
+        "",
+        "shared-memory.md",
+        probes=(Probe("POST", "/v2/systemsharedmemory/unregister", 200, {}),),
+    ),
+    Endpoint(
+        "GET /v2/cudasharedmemory[/region/{r}]/status",
+        State.SUPPORTED,
+        "lists nothing: no region can be registered",
+        "shared-memory.md",
+        probes=(Probe("GET", "/v2/cudasharedmemory/status", 200),),
+    ),
+    Endpoint(
+        "POST /v2/cudasharedmemory/region/{r}/register",
+        State.NOT_YET,
+        "501 (CUDA IPC handles are not opened)",
+        "shared-memory.md",
+        probes=(
+            Probe(
+                "POST",
+                "/v2/cudasharedmemory/region/c/register",
+                501,
+                {"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 64},
+            ),
+        ),
+    ),
+    Endpoint(
+        "POST /v2/cudasharedmemory[/region/{r}]/unregister",
+        State.SUPPORTED,
+        "",
+        "shared-memory.md",
+        probes=(Probe("POST", "/v2/cudasharedmemory/unregister", 200, {}),),
+    ),
+    Endpoint(
+        "GET/POST /v2/trace/setting, GET/POST /v2/models/{m}/trace/setting",
+        State.SUPPORTED,
+        "",
+        "tracing.md",
+        probes=(
+            Probe("GET", "/v2/trace/setting", 200),
+            Probe("POST", "/v2/trace/setting", 200, {}),
+            Probe("GET", "/v2/models/simple/trace/setting", 200),
+        ),
+    ),
+    Endpoint(
+        "GET/POST /v2/logging",
+        State.SUPPORTED,
+        "",
+        "protocols.md",
+        probes=(Probe("GET", "/v2/logging", 200), Probe("POST", "/v2/logging", 200, {})),
+    ),
+    Endpoint(
+        "GET /metrics (metrics port)",
+        State.SUPPORTED,
+        "",
+        "metrics.md",
+        probes=(Probe("GET", "/metrics", 200, port="metrics"),),
+    ),
+)
+
+
+# --- gRPC ----------------------------------------------------------------------------------------------------
+
+# Methods of inference.GRPCInferenceService (read from tritonclient's service descriptor) that are not fully
+# served; every other method is. A probe of a supported method must not answer UNIMPLEMENTED; these must.
+GRPC_NOT_SERVED: dict[str, Item] = {
+    "CudaSharedMemoryRegister": Item(
+        "CudaSharedMemoryRegister",
+        State.NOT_YET,
+        "UNIMPLEMENTED (CUDA IPC handles are not opened)",
+        "shared-memory.md",
+    ),
+}
+GRPC_HEALTH: tuple[Item, ...] = (
+    Item(
+        "grpc.health.v1.Health/Check",
+        State.SUPPORTED,
+        "SERVING while ready (Kubernetes gRPC probes)",
+        "grpc.md",
+    ),
+    Item("grpc.health.v1.Health/Watch", State.NOT_YET, "UNIMPLEMENTED; probes use Check", "grpc.md"),
+)
+
+
+# --- Protocol extensions ---------------------------------------------------------------------------------------
+
+# Triton's server extensions, in its order. Those in modelhost's list (modelhost.server.EXTENSIONS) are served;
+# system_shared_memory is listed when --allow-client-shm=true, as its endpoints then work.
+TRITON_EXTENSIONS: tuple[str, ...] = (
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
+EXTENSION_NOTES: dict[str, Item] = {
+    "system_shared_memory": Item(
+        "system_shared_memory", State.SUPPORTED, "listed with `--allow-client-shm=true`", "shared-memory.md"
+    ),
+    "cuda_shared_memory": Item(
+        "cuda_shared_memory",
+        State.NOT_YET,
+        "status answers; registration is refused (501)",
+        "shared-memory.md",
+    ),
+}
+
+
+# --- Metrics ---------------------------------------------------------------------------------------------------
+
+# Triton's Prometheus families (core metrics.cc and the local cache). Those modelhost exports are read from
+# modelhost.metrics.family_names; the others are here.
+TRITON_METRIC_FAMILIES: tuple[str, ...] = (
+    "nv_inference_request_success",
+    "nv_inference_request_failure",
+    "nv_inference_count",
+    "nv_inference_exec_count",
+    "nv_inference_request_duration_us",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
+    "nv_inference_pending_request_count",
+    "nv_model_load_duration_secs",
+    "nv_inference_first_response_histogram_ms",
+    "nv_inference_request_summary_us",
+    "nv_inference_queue_summary_us",
+    "nv_inference_compute_input_summary_us",
+    "nv_inference_compute_infer_summary_us",
+    "nv_inference_compute_output_summary_us",
+    "nv_cache_num_hits_per_model",
+    "nv_cache_num_misses_per_model",
+    "nv_cache_hit_duration_per_model",
+    "nv_cache_miss_duration_per_model",
+    "nv_cache_hit_summary_per_model",
+    "nv_cache_miss_summary_per_model",
+    "nv_cache_util",
+    "nv_cache_num_entries",
+    "nv_cache_num_lookups",
+    "nv_cache_num_hits",
+    "nv_cache_num_misses",
+    "nv_cache_num_evictions",
+    "nv_cache_lookup_duration",
+    "nv_cache_insertion_duration",
+    "nv_cpu_utilization",
+    "nv_cpu_memory_total_bytes",
+    "nv_cpu_memory_used_bytes",
+    "nv_gpu_utilization",
+    "nv_gpu_memory_total_bytes",
+    "nv_gpu_memory_used_bytes",
+    "nv_gpu_power_usage",
+    "nv_gpu_power_limit",
+    "nv_energy_consumption",
+    "nv_pinned_memory_pool_total_bytes",
+    "nv_pinned_memory_pool_used_bytes",
+)
+METRIC_NOTES: dict[str, Item] = {
+    "nv_cache_hit_summary_per_model": Item("nv_cache_hit_summary_per_model", State.NOT_YET),
+    "nv_cache_miss_summary_per_model": Item("nv_cache_miss_summary_per_model", State.NOT_YET),
+    "nv_pinned_memory_pool_total_bytes": Item(
+        "nv_pinned_memory_pool_total_bytes",
+        State.NOT_PLANNED,
+        "no pinned memory pool: tensors go to the runtimes from the request buffers",
+    ),
+    "nv_pinned_memory_pool_used_bytes": Item(
+        "nv_pinned_memory_pool_used_bytes", State.NOT_PLANNED, "as above"
+    ),
+}
+# Exported under a condition, said in the row.
+METRIC_CONDITIONS: dict[str, str] = {
+    "nv_inference_first_response_histogram_ms": "`--metrics-config histogram_latencies=true`",
+    "summary": "`--metrics-config summary_latencies=true`",
+    "_per_model": "for models with `response_cache { enable: true }`",
+    "nv_cache_": "with `--cache-config`",
+    "nv_gpu_": "on a GPU host with the `gpu-metrics` extra (NVML)",
+    "nv_energy_consumption": "on a GPU host with the `gpu-metrics` extra (NVML)",
+}
+
+
+# --- Python backend API ----------------------------------------------------------------------------------------
+
+# `symbol`: a name triton_python_backend_utils must have for a supported item (checked by the tests).
+PYTHON_API: tuple[tuple[Item, str], ...] = (
+    (
+        Item("`TritonPythonModel`: initialize, execute, finalize, auto_complete_config", State.SUPPORTED),
+        "ModelConfig",
+    ),
+    (Item("`Tensor`: numpy, DLPack on CPU", State.SUPPORTED), "Tensor.from_dlpack"),
+    (
+        Item("`InferenceRequest.exec` / `async_exec` (BLS), decoupled BLS", State.SUPPORTED),
+        "InferenceRequest.exec",
+    ),
+    (Item("Decoupled models: `InferenceResponseSender`", State.SUPPORTED), "InferenceResponseSender.send"),
+    (Item("Request cancellation: `is_cancelled`", State.SUPPORTED), "InferenceResponseSender.is_cancelled"),
+    (Item("Custom metrics: `MetricFamily`, `Metric`", State.SUPPORTED), "MetricFamily"),
+    (Item("`Logger`", State.SUPPORTED), "Logger.log_info"),
+    (
+        Item("Model control from a model: `load_model`, `unload_model`, `is_model_ready`", State.SUPPORTED),
+        "load_model",
+    ),
+    (Item("`TritonError`, `TritonModelException`", State.SUPPORTED), "TritonModelException"),
+    (Item("GPU tensors", State.NOT_YET, "`is_cpu()` is always true"), ""),
+    (
+        Item(
+            "`set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`",
+            State.NOT_YET,
+            "recorded, not acted on (iterative sequences fail their load)",
+        ),
+        "",
+    ),
+    (
+        Item(
+            "`EXECUTION_ENV_PATH` (conda-pack environments)",
+            State.NOT_YET,
+            "the model runs in the server's Python",
+        ),
+        "",
+    ),
+    (Item("`request.trace()`, BLS calls as child traces", State.NOT_YET), ""),
+)
+
+
+# --- Features and integrations ----------------------------------------------------------------------------------
+
+FEATURES: tuple[Item, ...] = (
+    Item(
+        "Model repositories: local, `s3://`, `gs://`, `as://`",
+        State.SUPPORTED,
+        "",
+        "configuration.md",
+        test="tests/e2e/test_s3_repository.py::test_infer_on_a_model_from_s3",
+    ),
+    Item(
+        "Model control: none, poll, explicit",
+        State.SUPPORTED,
+        "",
+        "model-management.md",
+        flag="model-control-mode",
+    ),
+    Item(
+        "Dynamic batching",
+        State.SUPPORTED,
+        "",
+        "configuration.md",
+        test="tests/e2e/test_dynamic_batching.py::test_concurrent_requests_run_as_one_batch",
+    ),
+    Item(
+        "Sequence batching: direct and oldest, implicit state",
+        State.PARTLY,
+        "not yet: request timeouts and priorities in the sequence batcher; the config fields in the table above",
+        "sequence-batching.md",
+        test="tests/e2e/test_sequence_batching.py::test_many_concurrent_sequences_beyond_the_slots",
+    ),
+    Item(
+        "Ensembles, BLS",
+        State.SUPPORTED,
+        "",
+        "ensembles.md",
+        test="tests/e2e/test_ensemble.py::test_chain_of_two_onnx_steps",
+    ),
+    Item(
+        "Model warmup",
+        State.SUPPORTED,
+        "",
+        "configuration.md",
+        test="tests/e2e/test_warmup.py::test_warm_models_are_ready_after_every_sample_ran",
+    ),
+    Item("Response cache: local", State.SUPPORTED, "", "response-cache.md", flag="cache-config"),
+    Item(
+        "Response cache: redis",
+        State.NOT_YET,
+        "refused at startup",
+        "response-cache.md",
+        test="tests/test_response_cache.py::test_bad_cache_config",
+    ),
+    Item("Rate limiter", State.SUPPORTED, "", "rate-limiter.md", flag="rate-limit"),
+    Item(
+        "Tracing: Triton trace files, OpenTelemetry", State.SUPPORTED, "", "tracing.md", flag="trace-config"
+    ),
+    Item(
+        "Tracing: custom activities, python `request.trace()`, BLS child traces",
+        State.NOT_YET,
+        "",
+        "tracing.md",
+    ),
+    Item("System shared memory", State.SUPPORTED, "", "shared-memory.md", flag="allow-client-shm"),
+    Item("CUDA shared memory", State.NOT_YET, "registration answers 501 / UNIMPLEMENTED", "shared-memory.md"),
+    Item(
+        "Metrics: counters, summaries, histograms, CPU, GPU, `--metrics-config`",
+        State.SUPPORTED,
+        "",
+        "metrics.md",
+        flag="metrics-config",
+    ),
+    Item(
+        "SageMaker (`/ping`, `/invocations`, multi-model `/models`)",
+        State.SUPPORTED,
+        "",
+        "sagemaker.md",
+        flag="allow-sagemaker",
+    ),
+    Item("Vertex AI", State.NOT_YET, "", "cli.md", flag="allow-vertex-ai"),
+    Item("OpenAI-compatible frontend (Triton's `python/openai`)", State.NOT_YET),
+    Item(
+        "Model namespacing",
+        State.NOT_YET,
+        "a model name must be unique across repositories",
+        "cli.md",
+        flag="model-namespacing",
+    ),
+    Item("gRPC over TLS", State.NOT_YET, "cleartext HTTP/2 only", "grpc.md", flag="grpc-use-ssl"),
+    Item(
+        "gRPC keepalive and connection-age settings",
+        State.NOT_YET,
+        "tritonserver's defaults are accepted",
+        "grpc.md",
+        flag="grpc-keepalive-time",
+    ),
+    Item(
+        "Restricted APIs (`--http-restricted-api`, `--grpc-restricted-protocol`)",
+        State.NOT_YET,
+        "",
+        "cli.md",
+        flag="http-restricted-api",
+    ),
+    Item(
+        "Header forwarding to request parameters",
+        State.NOT_YET,
+        "",
+        "cli.md",
+        flag="http-header-forward-pattern",
+    ),
+    Item("Port reuse (`SO_REUSEPORT` between servers)", State.NOT_YET, "", "cli.md", flag="reuse-http-port"),
+    Item("Host policies (NUMA, CPU cores)", State.NOT_YET, "", "cli.md", flag="host-policy"),
+    Item(
+        "perf_analyzer",
+        State.PARTLY,
+        "`modelhost perf`; what it lacks is listed in its page",
+        "perf.md",
+        test="tests/e2e/test_perf.py::test_http_sweep_writes_csv_export_and_plot",
+    ),
+    Item("Model Analyzer", State.NOT_YET, "`modelhost tune` is planned"),
+    Item("Container images, Helm chart, KServe", State.NOT_YET, "planned"),
+    Item(
+        "The C API and the in-process `tritonserver` Python API",
+        State.NOT_PLANNED,
+        "modelhost is a server; its Python API is `modelhost.backends` for backends",
+    ),
+)
+
+
+__all__ = [
+    "BACKEND_NOTES",
+    "EXTENSION_NOTES",
+    "FEATURES",
+    "GRPC_HEALTH",
+    "GRPC_NOT_SERVED",
+    "HTTP_ENDPOINTS",
+    "METRIC_CONDITIONS",
+    "METRIC_NOTES",
+    "PYTHON_API",
+    "TRITON_BACKENDS",
+    "TRITON_EXTENSIONS",
+    "TRITON_METRIC_FAMILIES",
+    "Endpoint",
+    "Item",
+    "Probe",
+    "State",
+]
