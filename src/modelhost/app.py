@@ -164,6 +164,18 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     metrics_pollers: list[asyncio.Task[None]] = []  # CPU / GPU families, every --metrics-interval-ms
     grpc_server: GrpcServer | None = None
     sagemaker_server: asyncio.Server | None = None
+
+    async def stop_serving() -> bool:  # what has been started by the time it is called
+        return await _stop(
+            server,
+            [http_server, sagemaker_server],
+            connections,
+            frontends,
+            metrics_server,
+            grpc_server,
+            options.exit_timeout_secs,
+        )
+
     try:
         if options.allow_http and options.frontend_processes > 0:
             frontends = Frontends(options, server)
@@ -207,15 +219,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     except (OSError, FrontendStartError) as e:
         log.error("failed to start the server: %s", e)
         # Nothing was accepted yet; the frontend processes started so far get the usual time to exit.
-        await _stop(
-            server,
-            [http_server, sagemaker_server],
-            connections,
-            frontends,
-            metrics_server,
-            grpc_server,
-            options.exit_timeout_secs,
-        )
+        await stop_serving()
         return 1
 
     stop = asyncio.Event()
@@ -251,15 +255,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         options.exit_timeout_secs,
         server.in_flight,
     )
-    drained = await _stop(
-        server,
-        [http_server, sagemaker_server],
-        connections,
-        frontends,
-        metrics_server,
-        grpc_server,
-        options.exit_timeout_secs,
-    )
+    drained = await stop_serving()
     if frontends is not None and frontends.supervisor is not None and frontends.supervisor.failed.is_set():
         return 1
     return 0 if drained else EXIT_TIMED_OUT
