@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
@@ -233,7 +234,7 @@ def test_metric_families_marked_supported_are_exported(server: RunningServer) ->
     client = grpcclient.InferenceServerClient(server.grpc_url)
     inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
     for tensor in inputs:
-        tensor.set_data_from_numpy(__import__("numpy").zeros((1, 16), dtype="int32"))
+        tensor.set_data_from_numpy(np.zeros((1, 16), dtype=np.int32))
     for model in ("simple", "simple_cached", "simple_cached"):
         client.infer(model, inputs)
     text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
