@@ -113,7 +113,7 @@ def request_failure_level(e: ModelhostError) -> int:
     of the server itself (500); INFO for what the client asked wrongly or what this server does not offer or
     cannot do now (4xx, 501, 503, 507): the client gets the reason in its answer, and a flood of such requests
     must not fill the error log."""
-    return logging.ERROR if isinstance(e, InternalError) or e.http_status == 500 else logging.INFO
+    return logging.ERROR if e.http_status == 500 else logging.INFO
 
 
 __all__ = [

@@ -258,7 +258,7 @@ class ModelRegistry:
         # so that no ensemble loads a composing model while that model's own load is under way.
         self._started = set()
         for layer in self._dependency_layers(wanted, scanned):
-            await asyncio.gather(*(self._load_at_start(name, scanned) for name in layer))
+            await asyncio.gather(*(self._load_quietly(name, scanned) for name in layer))
         self._started = None
         for name in wanted:  # asked for by name, even where an ensemble loaded it first
             if name in self.models:
@@ -366,12 +366,6 @@ class ModelRegistry:
             layers.append(layer)
             placed.update(layer)
         return layers
-
-    async def _load_at_start(self, name: str, scanned: dict[str, list[Path]]) -> None:
-        async with self._lock(name):
-            if self._started is not None and name in self._started:
-                return  # loaded (or tried) already at this start, as an ensemble's composing model
-            await self._load_quietly(name, scanned)
 
     async def _load_quietly(self, name: str, scanned: dict[str, list[Path]]) -> None:
         """A load at startup or from a poll: the failure is recorded and logged, not raised."""
@@ -592,15 +586,12 @@ class ModelRegistry:
         """The names along a cycle through `name` of ensembles naming each other, or [] (read from the config
         files alone: the models on the cycle cannot be loaded to find out)."""
 
-        def steps_of(model: str) -> list[str]:
-            return self._steps_in_files(model, scanned)
-
         def walk(model: str, steps: list[str], path: list[str]) -> list[str]:
             for step in steps:
                 if step == name:
                     return [*path, model, step]
                 if step not in path and step != model:
-                    found = walk(step, steps_of(step), [*path, model])
+                    found = walk(step, self._steps_in_files(step, scanned), [*path, model])
                     if found:
                         return found
             return []

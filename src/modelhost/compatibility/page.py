@@ -1,12 +1,13 @@
 """docs/compatibility.md, written from the code and modelhost.compatibility.surface.
 
-Regenerate with `modelhost compatibility > docs/compatibility.md`; tests/test_compatibility.py fails while the file
-differs. The flags are passed in (the CLI's table), so that this module does not import the CLI that prints it.
+Regenerate with `modelhost compatibility > docs/compatibility.md`; tests/e2e/test_compatibility.py fails while the
+file differs. The flags are passed in (the CLI's table), so that this module does not import the CLI that prints it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2, service_pb2
@@ -129,86 +130,87 @@ def config_items() -> list[Item]:
     return items
 
 
+@dataclass(frozen=True)
+class _Table:
+    """One section of the page: a table of items, each row its leading cells, then its state and notes."""
+
+    title: str
+    intro: str
+    columns: tuple[str, ...]  # the leading columns' headings
+    rows: list[tuple[tuple[str, ...], Item]]
+
+
+def _code(items: Iterable[Item]) -> list[tuple[tuple[str, ...], Item]]:
+    return [((f"`{item.name}`",), item) for item in items]
+
+
+def _tables() -> list[_Table]:
+    return [
+        _Table(
+            "Backends",
+            "A model of a backend modelhost does not serve is UNAVAILABLE with the reason; the other models serve.",
+            ("Backend", "Serves"),
+            [((f"`{name}`", what), item) for name, what, item in backend_items()],
+        ),
+        _Table("HTTP/REST endpoints", "", ("Endpoint",), _code(HTTP_ENDPOINTS)),
+        _Table(
+            "gRPC methods",
+            "`inference.GRPCInferenceService` (every method of Triton's service definition) and the standard health\n"
+            "service.",
+            ("Method",),
+            _code(grpc_items()),
+        ),
+        _Table(
+            "Protocol extensions",
+            "As listed by `GET /v2` and `ServerMetadata`, in Triton's order. Triton's provisional `generate`\n"
+            "extension is served too (endpoints above).",
+            ("Extension",),
+            _code(extension_items()),
+        ),
+        _Table("Metric families", "", ("Family",), _code(metric_items())),
+        _Table(
+            "Model configuration",
+            "Every field of `ModelConfig` (`config.pbtxt`). A field modelhost does not act on fails the model's load\n"
+            "with a message naming it, rather than loading as if it were honoured.",
+            ("Field",),
+            _code(config_items()),
+        ),
+        _Table(
+            "Python backend API",
+            "",
+            ("`triton_python_backend_utils`",),
+            [((item.name,), item) for item, _ in PYTHON_API],
+        ),
+        _Table("Features and integrations", "", ("Feature",), [((item.name,), item) for item in FEATURES]),
+    ]
+
+
+# The flag groups come after this many tables (the protocol's sections), before the metric families.
+_FLAGS_AFTER = 4
+
+
 def markdown(flags: Sequence[Any], sections: Sequence[str]) -> str:
     """The page; `flags` and `sections` are the CLI's table (modelhost.cli.FLAGS, SECTIONS)."""
+    tables = _tables()
     out = [
         "# Compatibility with Triton Inference Server",
         "",
         "What of Triton Inference Server 2.51 modelhost serves, item by item: **supported**, **partly** (what is",
         "missing is said), **not yet**, or **not planned** (and why). This page is written from the code",
-        "(`modelhost compatibility > docs/compatibility.md`) and `tests/test_compatibility.py` checks it against a",
-        "running server: every endpoint and gRPC method is called, and the flags, extensions, metric families,",
-        "config fields and python backend names are compared with what the code has. Where modelhost answers",
-        "differently on purpose (a clear 4xx where Triton answers 500, ...), the feature's page says so.",
+        "(`modelhost compatibility > docs/compatibility.md`) and `tests/e2e/test_compatibility.py` checks it",
+        "against a running server: every endpoint and gRPC method is called, and the flags, extensions, metric",
+        "families, config fields and python backend names are compared with what the code has. Where modelhost",
+        "answers differently on purpose (a clear 4xx where Triton answers 500, ...), the feature's page says so.",
         "",
-        _counts(
-            [item for _, _, item in backend_items()]
-            + list(HTTP_ENDPOINTS)
-            + grpc_items()
-            + extension_items()
-            + metric_items()
-            + config_items()
-            + [item for item, _ in PYTHON_API]
-            + list(FEATURES)
-        ),
-        "",
-        "## Backends",
-        "",
-        "A model of a backend modelhost does not serve is UNAVAILABLE with the reason; the other models serve.",
-        "",
-        "| Backend | Serves | State | Notes |",
-        "|---|---|---|---|",
+        _counts([item for table in tables for _, item in table.rows]),
     ]
-    for name, what, item in backend_items():
-        out.append(f"| `{name}` | {what} | {_state(item)} | {_note(item)} |")
-    out += ["", "## HTTP/REST endpoints", "", "| Endpoint | State | Notes |", "|---|---|---|"]
-    out += [f"| `{e.name}` | {_state(e)} | {_note(e)} |" for e in HTTP_ENDPOINTS]
-    out += [
-        "",
-        "## gRPC methods",
-        "",
-        "`inference.GRPCInferenceService` (every method of Triton's service definition) and the standard health",
-        "service.",
-        "",
-        "| Method | State | Notes |",
-        "|---|---|---|",
-    ]
-    out += [f"| `{i.name}` | {_state(i)} | {_note(i)} |" for i in grpc_items()]
-    out += [
-        "",
-        "## Protocol extensions",
-        "",
-        "As listed by `GET /v2` and `ServerMetadata`, in Triton's order. Triton's provisional `generate` extension",
-        "is served too (endpoints above).",
-        "",
-        "| Extension | State | Notes |",
-        "|---|---|---|",
-    ]
-    out += [f"| `{i.name}` | {_state(i)} | {_note(i)} |" for i in extension_items()]
-    out += _flag_section(flags, sections)
-    out += ["", "## Metric families", "", "| Family | State | Notes |", "|---|---|---|"]
-    out += [f"| `{i.name}` | {_state(i)} | {_note(i)} |" for i in metric_items()]
-    out += [
-        "",
-        "## Model configuration",
-        "",
-        "Every field of `ModelConfig` (`config.pbtxt`). A field modelhost does not act on fails the model's load",
-        "with a message naming it, rather than loading as if it were honoured.",
-        "",
-        "| Field | State | Notes |",
-        "|---|---|---|",
-    ]
-    out += [f"| `{i.name}` | {_state(i)} | {_note(i)} |" for i in config_items()]
-    out += [
-        "",
-        "## Python backend API",
-        "",
-        "| `triton_python_backend_utils` | State | Notes |",
-        "|---|---|---|",
-    ]
-    out += [f"| {i.name} | {_state(i)} | {_note(i)} |" for i, _ in PYTHON_API]
-    out += ["", "## Features and integrations", "", "| Feature | State | Notes |", "|---|---|---|"]
-    out += [f"| {i.name} | {_state(i)} | {_note(i)} |" for i in FEATURES]
+    for i, table in enumerate(tables):
+        if i == _FLAGS_AFTER:
+            out += _flag_section(flags, sections)
+        out += ["", f"## {table.title}", ""] + ([table.intro, ""] if table.intro else [])
+        out.append("| " + " | ".join((*table.columns, "State", "Notes")) + " |")
+        out.append("|" + "---|" * (len(table.columns) + 2))
+        out += ["| " + " | ".join((*cells, _state(item), _note(item))) + " |" for cells, item in table.rows]
     return "\n".join(out) + "\n"
 
 

@@ -3,7 +3,7 @@
 Where the code can say it, it does: the backends come from the backend registry, the flags from the CLI's table,
 the protocol extensions from the server's list, the metric families from the metrics code and the unsupported
 config fields from the config checks. The rest is stated here, each with how it is checked:
-tests/test_compatibility.py probes every HTTP endpoint and gRPC method of a running server, compares the flags,
+tests/e2e/test_compatibility.py probes every HTTP endpoint and gRPC method of a running server, compares the flags,
 extensions, metric families and python backend names with the code, and checks that each hand-stated item
 names a test that exists.
 """
@@ -117,7 +117,7 @@ _TENSORS = [
 _GENERATE = {"INPUT0": list(range(16)), "INPUT1": [1] * 16}
 
 # Probed in this order on a server in explicit mode with `simple` and `simple_string` loaded and client shared
-# memory allowed (tests/test_compatibility.py).
+# memory allowed (tests/e2e/test_compatibility.py).
 HTTP_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "GET /v2/health/live",
