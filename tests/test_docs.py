@@ -30,7 +30,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROO
 HAND_WRITTEN = [p for p in DOCS if p.name != "compatibility.md"]
 GENERATED_LINES = set(flags_markdown().splitlines())
 
-# Flags of other tools the docs show (docker, trtexec), and ways of naming a group of flags (`--log-*`) or a
+# Flags of other tools the docs show (docker, trtexec, helm, kubectl, aws), and ways of naming a group of flags (`--log-*`) or a
 # made-up one.
 OTHER_TOOLS = {
     "--flag",
@@ -45,6 +45,13 @@ OTHER_TOOLS = {
     "--minShapes",
     "--optShapes",
     "--maxShapes",
+    # helm, kubectl (docs/deploy)
+    "--set",
+    "--create-namespace",
+    "--from-literal",
+    "--strict",
+    "--watch",
+    "--raw",
 }
 # perf_analyzer options docs/perf.md lists as not supported by `modelhost perf`.
 PERF_ANALYZER_ONLY = {
