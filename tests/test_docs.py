@@ -52,6 +52,7 @@ OTHER_TOOLS = {
     "--strict",
     "--watch",
     "--raw",
+    "--rm",
 }
 # perf_analyzer options docs/perf.md lists as not supported by `modelhost perf`.
 PERF_ANALYZER_ONLY = {
