@@ -53,6 +53,16 @@ OTHER_TOOLS = {
     "--watch",
     "--raw",
     "--rm",
+    "--cli-input-json",
+    "--cluster",
+    "--services",
+    "--name",
+    "--type",
+    "--value",
+    "--endpoint-name",
+    "--content-type",
+    "--body",
+    "--target-model",
 }
 # perf_analyzer options docs/perf.md lists as not supported by `modelhost perf`.
 PERF_ANALYZER_ONLY = {
