@@ -63,6 +63,14 @@ OTHER_TOOLS = {
     "--content-type",
     "--body",
     "--target-model",
+    "--build-arg",
+    # deploy/docker/replay.py
+    "--dockerfile",
+    "--parse-only",
+    "--python",
+    "--keep",
+    "--resolve-only",
+    "--gpus",
 }
 # perf_analyzer options docs/perf.md lists as not supported by `modelhost perf`.
 PERF_ANALYZER_ONLY = {

@@ -74,6 +74,10 @@ def test_dockerfile_runs_the_server_as_a_container_should(variant: str) -> None:
     labels = dict(replay._pairs(" ".join(i.args for i in final.all("LABEL"))))
     oci = ("title", "description", "version", "revision", "licenses")
     assert {f"org.opencontainers.image.{name}" for name in oci} <= set(labels)
+    # SageMaker refuses a multi-model endpoint on an image without the first, and ignores SAGEMAKER_BIND_TO_PORT
+    # without the second (docs/deploy/sagemaker.md).
+    assert labels["com.amazonaws.sagemaker.capabilities.multi-models"] == "true"
+    assert labels["com.amazonaws.sagemaker.capabilities.accept-bind-to-port"] == "true"
     # One install script for every step, the venv step in the build stage with the variant's name.
     run = replay.venv_run(image.build_stage)
     assert f"install.sh venv {variant} " in run.args
@@ -85,11 +89,11 @@ def test_base_images_and_default_extras() -> None:
     gpu = replay.Image.load(DOCKERFILES["gpu"], {})
     assert replay.base_image(cpu.dockerfile, cpu.dockerfile.final, {}) == "python:3.11-slim"
     assert "cudnn-runtime-ubuntu24.04" in replay.base_image(gpu.dockerfile, gpu.dockerfile.final, {})
-    # The extras every bundled example needs, by default; a build arg shrinks them.
-    assert replay.stage_args(cpu.dockerfile, cpu.build_stage, {})["EXTRAS"] == "torch,openvino,fil"
+    # The extras every bundled example needs, and gcs for the Helm chart's gs:// repositories.
+    assert replay.stage_args(cpu.dockerfile, cpu.build_stage, {})["EXTRAS"] == "torch,openvino,fil,gcs"
     assert replay.stage_args(cpu.dockerfile, cpu.build_stage, {"EXTRAS": ""})["EXTRAS"] == ""
     gpu_extras = replay.stage_args(gpu.dockerfile, gpu.build_stage, {})["EXTRAS"].split(",")
-    assert {"torch", "tensorrt", "openvino", "fil"} <= set(gpu_extras)
+    assert {"torch", "tensorrt", "openvino", "fil", "gcs"} <= set(gpu_extras)
 
 
 def test_parser_refuses_shell_form_and_root(tmp_path: Path) -> None:
@@ -194,7 +198,7 @@ def test_cpu_image_serves_every_bundled_example(cpu_replay: dict[str, object]) -
     bundled = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
     assert default["models_ready"] == bundled
     assert default["exit_code"] == 0  # SIGTERM, as `docker stop` sends it, stops it cleanly
-    assert cpu_replay["build_args"] == {"EXTRAS": "torch,openvino,fil", "TORCH_INDEX_URL": ""}
+    assert cpu_replay["build_args"] == {"EXTRAS": "torch,openvino,fil,gcs", "TORCH_INDEX_URL": ""}
 
 
 def test_cpu_image_serve_is_the_sagemaker_entry(cpu_replay: dict[str, object]) -> None:
