@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
-.venv/bin/ruff check src tests benchmarks scripts
+.venv/bin/ruff check src tests benchmarks scripts deploy
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

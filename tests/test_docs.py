@@ -30,8 +30,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROO
 HAND_WRITTEN = [p for p in DOCS if p.name != "compatibility.md"]
 GENERATED_LINES = set(flags_markdown().splitlines())
 
-# Flags of other tools the docs show (docker, trtexec, helm, kubectl, aws), and ways of naming a group of flags (`--log-*`) or a
-# made-up one.
+# Flags of other tools the docs show (docker, trtexec, helm, kubectl, aws, deploy/docker/replay.py), and ways of
+# naming a group of flags (`--log-*`) or a made-up one.
 OTHER_TOOLS = {
     "--flag",
     "--http-p",
