@@ -138,6 +138,17 @@ def test_repository_sources_reach_the_server(binary: str) -> None:
         ("serviceMonitor.interval=15", "serviceMonitor.interval"),
         ("modelRepository.source=s3", "modelRepository"),
         ("server.extraArgs={-v}", "server.extraArgs"),
+        # A GCS Secret with nothing saying which key is the service-account file would be dropped.
+        (
+            "modelRepository.source=gcs,modelRepository.uri=gs://m/r,modelRepository.credentialsSecret=s",
+            "modelRepository",
+        ),
+        # KEDA's Prometheus scaler ignores a TriggerAuthentication unless authModes names what it supplies.
+        (
+            "autoscaling.enabled=true,autoscaling.engine=keda,autoscaling.keda.authenticationRef=a",
+            "autoscaling.keda",
+        ),
+        ("autoscaling.targets.queueComputeRatio=0", "autoscaling.targets.queueComputeRatio"),
     ],
 )
 def test_a_typo_in_values_fails_at_install(binary: str, setting: str, complaint: str) -> None:
@@ -159,3 +170,18 @@ def test_a_grace_period_shorter_than_the_drain_is_refused(binary: str) -> None:
     )
     assert done.returncode != 0
     assert "must be longer than preStopSleepSeconds + server.exitTimeoutSecs (65)" in done.stderr
+
+
+def test_a_fractional_target_from_set_becomes_a_quantity(binary: str) -> None:
+    """`--set` gives 0.25 as a string; the HPA gets the quantity 250m, and KEDA the threshold as written."""
+    hpa = render(binary, None, "autoscaling.enabled=true", "autoscaling.targets.queueComputeRatio=0.25")
+    (metric,) = only(hpa, "HorizontalPodAutoscaler")["spec"]["metrics"]
+    assert metric["pods"]["target"]["averageValue"] == "250m"
+    keda = render(
+        binary,
+        None,
+        "autoscaling.enabled=true,autoscaling.engine=keda",
+        "autoscaling.targets.queueComputeRatio=0.25",
+    )
+    (trigger,) = only(keda, "ScaledObject")["spec"]["triggers"]
+    assert trigger["metadata"]["threshold"] == "0.25"

@@ -134,5 +134,9 @@ nv_inference_queue_duration_us
 
 {{/* A Kubernetes quantity for the target: thousandths, so that a ratio of 0.5 becomes 500m. */}}
 {{- define "modelhost.signalTargetQuantity" -}}
-{{- printf "%dm" (int (mulf (float64 (include "modelhost.signalTarget" .)) 1000)) -}}
+{{- printf "%dm" (int (ceil (mulf (float64 (include "modelhost.signalTarget" .)) 1000))) -}}
+{{- end -}}
+
+{{- define "modelhost.adapterRulesName" -}}
+{{- .Values.autoscaling.hpa.adapterRules.name | default (printf "%s-adapter-rules" (include "modelhost.fullname" .)) -}}
 {{- end -}}
