@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 import modelhost
+from modelhost.devices import cpu_count
 from modelhost.logs import LOGGER_NAME, configure_logging
 from modelhost.options import (
     HONOURED_BACKEND_CONFIG,
@@ -644,7 +644,7 @@ _TRACE_FLAGS = {
 def _frontend_processes(raw: str) -> int:
     text = raw.strip().lower()
     if text == "auto":
-        return auto_frontend_processes(len(os.sched_getaffinity(0)))
+        return auto_frontend_processes(cpu_count())
     number = _int_or_none(text)
     if number is None:
         raise CliError(f"--frontend-processes must be a number or auto, got {raw!r}")
