@@ -8,7 +8,8 @@ what to probe, so that it follows the flags the container was started with:
 - `modelhost sagemaker ...` (the image's `serve`): GET /ping on $SAGEMAKER_BIND_TO_PORT (8080).
 
 Exit 0 when the probe answers 200 (gRPC: SERVING), 1 otherwise, as HEALTHCHECK expects.
-MODELHOST_HEALTHCHECK_PID names another process than 1 (the replay, whose server is not PID 1).
+MODELHOST_HEALTHCHECK_PID names another process than 1 (the replay, whose server is not PID 1). Where PID 1
+is not modelhost (an init such as tini as PID 1), the first modelhost server process is probed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,22 @@ def server_command(pid: str) -> list[str]:
         if program and i + 1 < len(argv) and argv[i + 1] in ("serve", "sagemaker"):
             return argv[i + 1 :]
     raise LookupError(f"process {pid} is not a modelhost server: {' '.join(argv)}")
+
+
+def find_server(pid: str | None) -> list[str]:
+    """The command of process `pid`; by default PID 1's, or, where that is not modelhost (an init such as tini or
+    `docker run --init`), the first modelhost server process's in the container."""
+    try:
+        return server_command(pid or "1")
+    except (LookupError, OSError) as first:
+        if pid is not None:
+            raise
+        for entry in sorted((p.name for p in Path("/proc").iterdir() if p.name.isdigit()), key=int):
+            try:
+                return server_command(entry)
+            except (LookupError, OSError):
+                continue
+        raise first
 
 
 def probe_http(address: str, port: int, path: str) -> bool:
@@ -75,7 +92,7 @@ def healthy(command: list[str]) -> bool:
 
 def main() -> int:
     try:
-        command = server_command(os.environ.get("MODELHOST_HEALTHCHECK_PID") or "1")
+        command = find_server(os.environ.get("MODELHOST_HEALTHCHECK_PID") or None)
         ok = healthy(command)
     except Exception as error:  # a HEALTHCHECK's answer is its exit code; say why on its output
         print(f"healthcheck: {error}", file=sys.stderr)

@@ -11,6 +11,7 @@
 # Environment (the Dockerfiles' build args arrive as environment variables):
 #   TORCH_INDEX_URL      cpu only: an extra index holding the CPU build of torch (PyPI's torch is the CUDA
 #                        build, multi-GB); empty: pip's own configuration alone decides where torch comes from
+#   TENSORRT_VERSION     gpu only: the TensorRT release to install with the tensorrt extra (empty: the newest)
 #   INSTALL_DRY_RUN=FILE venv step only: resolve with `pip install --dry-run --report FILE` and install nothing
 #                        (the replay's check of the GPU branch)
 set -eu
@@ -58,6 +59,11 @@ step_venv() {
     # ONNX Runtime's CUDA build. modelhost depends on `onnxruntime`, which installs the same Python package:
     # the CPU one is swapped out below.
     set -- "$@" onnxruntime-gpu
+    # A plan loads only on the TensorRT that built it: the image pins one (the KServe runtime declares its
+    # major), where the extra alone would float to the newest.
+    if has_extra tensorrt "$extras" && [ -n "${TENSORRT_VERSION:-}" ]; then
+      set -- "$@" "tensorrt==$TENSORRT_VERSION"
+    fi
   elif has_extra torch "$extras" && [ -n "${TORCH_INDEX_URL:-}" ]; then
     # 2.13.0+cpu from this index ranks above PyPI's 2.13.0 (a local version label sorts higher).
     set -- "$@" --extra-index-url "$TORCH_INDEX_URL"

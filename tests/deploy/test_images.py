@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 from e2e.server_process import running_server
 
@@ -94,6 +95,11 @@ def test_base_images_and_default_extras() -> None:
     assert replay.stage_args(cpu.dockerfile, cpu.build_stage, {"EXTRAS": ""})["EXTRAS"] == ""
     gpu_extras = replay.stage_args(gpu.dockerfile, gpu.build_stage, {})["EXTRAS"].split(",")
     assert {"torch", "tensorrt", "openvino", "fil", "gcs"} <= set(gpu_extras)
+    # The image pins its TensorRT, and the KServe runtime declares that major for the tensorrt format.
+    tensorrt = replay.stage_args(gpu.dockerfile, gpu.build_stage, {})["TENSORRT_VERSION"]
+    runtime = yaml.safe_load((ROOT / "deploy" / "kserve" / "clusterservingruntime.yaml").read_text())
+    declared = {f["version"] for f in runtime["spec"]["supportedModelFormats"] if f["name"] == "tensorrt"}
+    assert declared == {tensorrt.split(".")[0]}
 
 
 def test_parser_refuses_shell_form_and_root(tmp_path: Path) -> None:
@@ -178,8 +184,19 @@ def test_healthcheck_follows_the_servers_flags(tmp_path: Path) -> None:
         # A process that is not a modelhost server (this one) is unhealthy, with the reason.
         other = _healthcheck(os.getpid())
         assert other.returncode == 1 and "not a modelhost server" in other.stderr
+        # Without a PID named, PID 1 is taken, and where PID 1 is an init (tini, `docker run --init`; here this
+        # machine's init), the modelhost server process is found instead.
+        assert _healthcheck_module().find_server(None)[0] in ("serve", "sagemaker")
     stopped = _healthcheck(server.process.pid)
     assert stopped.returncode == 1
+
+
+def _healthcheck_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("modelhost_image_healthcheck", DOCKER / "healthcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # --- the replays ----------------------------------------------------------------------------------------------
