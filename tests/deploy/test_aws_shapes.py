@@ -26,7 +26,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -40,10 +39,11 @@ import botocore.session
 import botocore.validate
 import jsonschema
 import pytest
-import tritonclient.http as httpclient
 import yaml
 
-from e2e.models import add_slow, slow_inputs
+from deploy.promql_eval import parse_scrape
+from deploy.slow_load import closed_loop_load
+from e2e.models import add_slow
 from e2e.server_process import free_ports
 from modelhost.cli import parse_serve_args
 from modelhost.sagemaker_entry import MULTI_MODEL_DIR, sagemaker_launch
@@ -698,21 +698,8 @@ def _scrape(task: Task) -> str:
 def _totals(text: str, families: set[str]) -> dict[str, float]:
     """Per family, the sum over its series (every model and version): what CloudWatch's Sum adds up once the
     agent has turned each series into deltas and dropped the model/version labels from the dimensions."""
-    totals = dict.fromkeys(families, 0.0)
-    for line in text.splitlines():
-        match = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)", line)
-        if match and match.group(1) in families:
-            totals[match.group(1)] += float(match.group(3))
-    return totals
-
-
-def _load_clients(task: Task, stop: threading.Event) -> None:
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{task.ports['--http-port']}", network_timeout=60)
-    try:
-        while not stop.is_set():
-            client.infer("slow", slow_inputs(SLOW_ITERATIONS))
-    finally:
-        client.close()
+    samples = parse_scrape(text, time.time(), {}).samples
+    return {family: sum(value for _, value in samples.get(family, [])) for family in families}
 
 
 def _period_value(task: Task, expression: str, metrics: Mapping[str, str], seconds: float) -> float | None:
@@ -729,17 +716,9 @@ def test_policy_signal_rises_under_load_and_is_zero_idle(task: Task) -> None:
     text = _scrape(task)
     for family in metrics.values():  # counters: the agent sends their deltas, which the policy sums
         assert f"# TYPE {family} counter" in text
-    stop = threading.Event()
-    clients = [threading.Thread(target=_load_clients, args=(task, stop)) for _ in range(CLIENTS)]
-    for client in clients:
-        client.start()
-    try:
+    with closed_loop_load(f"127.0.0.1:{task.ports['--http-port']}", CLIENTS, SLOW_ITERATIONS):
         time.sleep(1)
         loaded = _period_value(task, expression, metrics, 3)
-    finally:
-        stop.set()
-        for client in clients:
-            client.join()
     time.sleep(0.5)  # the last requests' statistics are recorded as they complete
     idle = _period_value(task, expression, metrics, 1)
     # Target tracking asks for ceil(tasks x value / target) tasks: more than the one running under this load,

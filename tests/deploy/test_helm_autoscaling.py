@@ -7,7 +7,6 @@ under load and fall back to one when idle."""
 from __future__ import annotations
 
 import math
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -15,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import tritonclient.http as httpclient
 import yaml
 
 from deploy.helm_chart import NAMESPACE, RELEASE, fetch_helm, only, render
 from deploy.promql_eval import Scrape, Vector, evaluate, parse_scrape
-from e2e.models import add_slow, slow_inputs
+from deploy.slow_load import closed_loop_load
+from e2e.models import add_slow
 from e2e.server_process import RunningServer, running_server
 
 FULLNAME = f"{RELEASE}-modelhost"
@@ -52,35 +51,17 @@ def _scrape(server: RunningServer) -> Scrape:
     return parse_scrape(text, time.time(), TARGET_LABELS)
 
 
-def _load(server: RunningServer, stop: threading.Event) -> None:
-    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-    try:
-        inputs = slow_inputs(ITERATIONS)
-        while not stop.is_set():
-            client.infer("slow", inputs)
-    finally:
-        client.close()
-
-
 @pytest.fixture(scope="module")
 def scrapes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapes]:
     repo = tmp_path_factory.mktemp("repo")
     add_slow(repo)
     with running_server([repo], tmp_path_factory.mktemp("log") / "server.log") as server:
-        stop = threading.Event()
-        clients = [threading.Thread(target=_load, args=(server, stop)) for _ in range(CLIENTS)]
-        for client in clients:
-            client.start()
-        try:
+        with closed_loop_load(server.http_url, CLIENTS, ITERATIONS):
             time.sleep(2)  # every client has a request in flight
             loaded = [_scrape(server)]
             time.sleep(4)
             loaded.append(_scrape(server))
-        finally:
-            stop.set()
-            for client in clients:
-                client.join(60)
-        time.sleep(1)  # the last requests have been answered
+        time.sleep(1)  # the server has recorded the last requests' statistics
         idle = [_scrape(server)]
         time.sleep(4)
         idle.append(_scrape(server))
