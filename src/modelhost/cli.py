@@ -449,6 +449,10 @@ def _main(args: list[str]) -> int:
         from modelhost.perf import main as perf_main  # perf_analyzer's job; none of the server
 
         return perf_main(args[1:])
+    if args and args[0] == "tune":
+        from modelhost.tune import main as tune_main  # Model Analyzer's job, on perf's load engine
+
+        return tune_main(args[1:])
     if args and args[0] == "convert":
         return _convert_model(args[1:])
     if args and args[0] == "compatibility":
@@ -541,6 +545,9 @@ def _top_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.add_parser("serve", help="Run the server on HTTP, GRPC and metrics ports (8000, 8001, 8002).")
     commands.add_parser("perf", help="Measure a model's throughput and latency, as perf_analyzer does.")
+    commands.add_parser(
+        "tune", help="Find the model configuration that serves a model best, as Model Analyzer does (docs/tune.md)."
+    )
     commands.add_parser(
         "sagemaker",
         help="Run the server as a SageMaker container does (Triton's `serve` script), from SAGEMAKER_* variables.",

@@ -72,7 +72,7 @@ def _run(options: object) -> int:
                 entries = data.entries
                 regions = SystemShm(control, layout(entries, info, options), entries, processes)
                 shm_refs = list(stack.enter_context(regions).refs)
-            specs = [_worker_spec(options, info, data, i, processes, shm_refs[i]) for i in range(processes)]
+            specs = [worker_spec(options, info, data, i, processes, shm_refs[i]) for i in range(processes)]
             print(report.settings_text(options, processes), flush=True)
             progress = Progress(options)
             pool = measure.WorkerPool(specs)
@@ -116,7 +116,7 @@ def _check_sequence_ids(options: PerfOptions, processes: int) -> None:
         )
 
 
-def _worker_spec(
+def worker_spec(
     options: PerfOptions, info: ModelInfo, data: InputData, index: int, count: int, shm: ShmRefs | None
 ) -> WorkerSpec:
     """The prebuilt requests of load-generator process `index` (its shared-memory regions, its sequence ids)."""

@@ -1,0 +1,245 @@
+"""`python -m modelhost tune` as users run it: it starts its own server, measures variants of a tiny model within a
+short time limit, and writes the best config, the CSV, the report and the plots; a second run resumes the first.
+
+Short windows (200 ms, at most 4 per point) and small ranges: the tests check what is written and that the limit
+holds, never how fast anything is.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from e2e.models import copy_examples
+from e2e.server_process import running_server
+from modelhost.tune.results import CSV_COLUMNS
+
+HERE = Path(__file__).parent
+LIMIT_S = 30
+SMALL = [
+    "--max-instance-count=2",
+    "--max-model-batch-size=16",
+    "--max-concurrency=8",
+    "--measurement-interval=200",
+    "--max-trials=4",
+    "--no-progress",
+]
+
+
+@dataclass
+class Run:
+    output: Path
+    result: subprocess.CompletedProcess[str]
+    wall_s: float
+
+    @property
+    def checkpoint(self) -> dict[str, object]:
+        value = json.loads((self.output / "checkpoint.json").read_text())
+        assert isinstance(value, dict)
+        return value
+
+
+def tune(*args: str) -> Run:
+    output = Path(args[args.index("--output") + 1])
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "modelhost", "tune", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return Run(output, result, time.monotonic() - started)
+
+
+def points_of(run: Run) -> list[dict[str, object]]:
+    points = run.checkpoint["points"]
+    assert isinstance(points, list)
+    return points
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repository = tmp_path_factory.mktemp("tune_repo")
+    copy_examples(repository, "simple")
+    shutil.copytree(HERE / "models" / "batch_limited", repository / "batch_limited")
+    return repository
+
+
+@pytest.fixture(scope="module")
+def first(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """A quick search of `simple` under a 50 ms budget, priced, stopped by its 30 s limit or by converging."""
+    output = tmp_path_factory.mktemp("tune_out") / "simple"
+    run = tune(
+        "-m", "simple", f"--model-repository={repo}", "--time-limit", f"{LIMIT_S}s", "--latency-budget-ms", "50",
+        "--instance-price", "0.34", "--output", str(output), *SMALL,
+    )  # fmt: skip
+    assert run.result.returncode == 0, run.result.stderr + run.result.stdout
+    return run
+
+
+def test_the_run_ends_within_its_time_limit(first: Run) -> None:
+    # The limit counts from the start of the run (server start included); Python's own start-up comes on top.
+    assert first.wall_s < LIMIT_S + 5, first.result.stdout
+
+
+def test_the_best_config_is_written_with_a_diff_and_loads_and_serves(
+    first: Run, repo: Path, tmp_path: Path
+) -> None:
+    written = (first.output / "config.pbtxt").read_text()
+    tuned = text_format.Parse(written, ModelConfig())
+    diff = (first.output / "config.diff").read_text()
+    assert diff.startswith("--- a/simple/config.pbtxt\n+++ b/simple/config.pbtxt\n")
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added and all(line in written.splitlines() for line in added)
+    assert "Best configuration: simple_config" in first.result.stdout
+    # the stated best is the variant whose config was written
+    best_name = first.result.stdout.split("Best configuration: ", 1)[1].split(":", 1)[0]
+    assert (first.output / "variants" / best_name / "config.pbtxt").read_text() == written
+
+    serving = tmp_path / "repo"
+    shutil.copytree(repo / "simple", serving / "simple")
+    (serving / "simple" / "config.pbtxt").write_text(written)
+    with running_server([serving], tmp_path / "server.log") as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        served = client.get_model_config("simple")
+        assert served["max_batch_size"] == tuned.max_batch_size
+        assert served["instance_group"][0]["count"] == tuned.instance_group[0].count
+        assert ("dynamic_batching" in served) == tuned.HasField("dynamic_batching")
+        inputs = []
+        for name in ("INPUT0", "INPUT1"):
+            tensor = httpclient.InferInput(name, [1, 16], "INT32")
+            tensor.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+            inputs.append(tensor)
+        answer = client.infer("simple", inputs)
+        assert answer.as_numpy("OUTPUT0").tolist() == [list(range(0, 32, 2))]
+
+
+def test_the_csv_has_a_row_per_measured_point(first: Run) -> None:
+    with (first.output / "metrics-model-inference.csv").open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == CSV_COLUMNS
+    assert rows[0][:9] == [
+        "Model", "Batch", "Concurrency", "Model Config Path", "Instance Group", "Max Batch Size",
+        "Satisfies Constraints", "Throughput (infer/sec)", "p99 Latency (ms)",
+    ]  # fmt: skip
+    points = points_of(first)
+    assert len(rows) - 1 == len(points) >= 2
+    measured = {(p["variant"], p["concurrency"]) for p in points}
+    column = {name: i for i, name in enumerate(rows[0])}
+    for row in rows[1:]:
+        assert row[column["Model"]] == "simple"
+        assert (first.output / "variants" / row[column["Model Config Path"]] / "config.pbtxt").is_file()
+        assert float(row[column["Throughput (infer/sec)"]]) > 0
+        assert float(row[column["p99 Latency (ms)"]]) > 0
+        assert row[column["Satisfies Constraints"]] in ("Yes", "No")
+        assert float(row[column["Server Compute Infer time (ms)"]]) > 0  # from the statistics extension
+        assert float(row[column["Server CPU (cores)"]]) > 0  # the server's process tree
+        assert float(row[column["RAM Usage (MB)"]]) > 10
+        assert float(row[column["Cost per 1M Inferences (USD)"]]) > 0
+    assert len(measured) == len(points)
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_the_report_renders_with_its_plots(first: Run) -> None:
+    page = (first.output / "report.html").read_text()
+    parser = Tags()
+    parser.feed(page)
+    ids = {attrs.get("id") for _, attrs in parser.tags}
+    assert {"throughput-vs-p99", "latency-breakdown", "top-configurations", "all-points"} <= ids
+    assert sum(1 for tag, _ in parser.tags if tag == "circle") >= len(points_of(first))
+    assert not any(tag == "script" or attrs.get("src") for tag, attrs in parser.tags)  # self-contained
+    for name in ("throughput_vs_p99.png", "latency_breakdown.png"):
+        assert (first.output / "plots" / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_second_run_needs_resume_or_overwrite(first: Run) -> None:
+    again = tune("-m", "simple", "--model-repository", "unused", "--output", str(first.output), *SMALL)
+    assert again.result.returncode == 2
+    assert "--resume continues it" in again.result.stderr
+
+
+@pytest.fixture(scope="module")
+def stopped_then_resumed(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[dict[str, object]], Run]:
+    """A brute search cut by a 12 s limit, then resumed for 12 s more."""
+    output = tmp_path_factory.mktemp("tune_resume") / "simple"
+    args = [
+        "-m",
+        "simple",
+        f"--model-repository={repo}",
+        "--search",
+        "brute",
+        "--output",
+        str(output),
+        *SMALL,
+    ]
+    cut = tune(*args, "--time-limit", "12s")
+    assert "stopped by the time limit" in cut.result.stdout, cut.result.stdout + cut.result.stderr
+    before = points_of(cut)
+    return before, tune(*args, "--time-limit", "12s", "--resume")
+
+
+def test_resume_skips_finished_points(stopped_then_resumed: tuple[list[dict[str, object]], Run]) -> None:
+    before, resumed = stopped_then_resumed
+    assert resumed.result.returncode == 0, resumed.result.stderr
+    assert resumed.result.stdout.count("from the checkpoint") == len(before) > 0
+    after = points_of(resumed)
+    assert all(point in after for point in before)  # kept exactly, measured by run 1
+    new = [p for p in after if p["run"] == 2]
+    assert new, "the resumed run measured nothing new"
+    assert not {(p["variant"], p["concurrency"]) for p in new} & {
+        (p["variant"], p["concurrency"]) for p in before
+    }
+
+
+def test_a_variant_that_fails_to_load_is_reported_and_the_sweep_goes_on(repo: Path, tmp_path: Path) -> None:
+    output = tmp_path / "limited"
+    run = tune(
+        "-m", "batch_limited", f"--model-repository={repo}", "--time-limit", "25s", "--output", str(output),
+        "--max-instance-count=1", "--max-model-batch-size=8", "--max-concurrency=4", "--measurement-interval=200",
+        "--max-trials=4", "--no-progress",
+    )  # fmt: skip
+    assert run.result.returncode == 0, run.result.stdout + run.result.stderr
+    variants = run.checkpoint["variants"]
+    assert isinstance(variants, list)
+    failed = [v for v in variants if v["failure"]]
+    assert len(failed) >= 1
+    assert all(v["variant"]["max_batch_size"] > 4 for v in failed)
+    assert "max_batch_size 8 is above what this model supports" in failed[0]["failure"]
+    assert "failed: the server could not load it" in run.result.stdout
+    order = [v["name"] for v in variants]
+    measured_names = {v["name"] for v in variants if any(p["variant"] == key(v) for p in points_of(run))}
+    assert any(order.index(name) > order.index(failed[0]["name"]) for name in measured_names)
+    page = (output / "report.html").read_text()
+    assert "max_batch_size 8 is above what this model supports" in page
+
+
+def key(entry: dict[str, object]) -> str:
+    from modelhost.tune.space import Variant
+
+    variant = entry["variant"]
+    assert isinstance(variant, dict)
+    return Variant.from_json(variant).key
