@@ -24,6 +24,7 @@ from modelhost.compatibility.surface import State
 from modelhost.frontends.http import routes
 from modelhost.metrics import family_names
 from modelhost.perf.options import build_parser as perf_parser
+from modelhost.tune.options import build_parser as tune_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "deploy").rglob("*.md"))]
@@ -115,7 +116,7 @@ def _lines() -> Iterator[tuple[Path, str]]:
 
 def _known_flags() -> set[str]:
     known = {f"--{name}" for name in FLAGS_BY_NAME}
-    for parser in (serve_parser(), perf_parser(), convert_parser()):
+    for parser in (serve_parser(), perf_parser(), tune_parser(), convert_parser()):
         known |= {option for action in parser._actions for option in action.option_strings}
     for script in (ROOT / "benchmarks").glob("*.py"):  # the benchmark scripts the docs tell to run
         known |= set(re.findall(r"[\"'](--[a-z][a-z0-9-]*)[\"']", script.read_text(encoding="utf-8")))

@@ -243,3 +243,42 @@ def key(entry: dict[str, object]) -> str:
     variant = entry["variant"]
     assert isinstance(variant, dict)
     return Variant.from_json(variant).key
+
+
+def test_url_mode_tunes_a_running_server_and_gives_it_back_its_config(repo: Path, tmp_path: Path) -> None:
+    with running_server(
+        [repo], tmp_path / "server.log", "--model-control-mode=explicit", "--load-model=simple"
+    ) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        before = client.get_model_config("simple")
+        run = tune(
+            "-m", "simple", "--url", server.http_url, "--metrics-url", f"http://localhost:{server.metrics_port}/metrics",
+            "--time-limit", "15s", "--output", str(tmp_path / "out"), *SMALL,
+        )  # fmt: skip
+        assert run.result.returncode == 0, run.result.stdout + run.result.stderr
+        assert client.get_model_config("simple") == before  # the repository's config, loaded again
+        assert client.is_model_ready("simple")
+    with (tmp_path / "out" / "metrics-model-inference.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and all(float(row["Throughput (infer/sec)"]) > 0 for row in rows)
+    assert all(float(row["RAM Usage (MB)"]) > 0 for row in rows)  # the host's, from nv_cpu_memory_used_bytes
+    assert all(row["Server CPU (cores)"] == "" for row in rows)  # not the server's alone: left out
+
+
+def test_a_server_without_model_control_is_refused(repo: Path, tmp_path: Path) -> None:
+    with running_server([repo], tmp_path / "server.log") as server:
+        run = tune("-m", "simple", "--url", server.http_url, "--output", str(tmp_path / "out"), *SMALL)
+    assert run.result.returncode == 1
+    assert "start it with --model-control-mode=explicit" in run.result.stderr
+    assert run.result.stderr.count("\n") == 1  # one line, no traceback
+
+
+def test_bad_requests_get_one_clear_line(repo: Path, tmp_path: Path) -> None:
+    unknown = tune("-m", "nosuch", f"--model-repository={repo}", "--output", str(tmp_path / "a"), *SMALL)
+    assert unknown.result.returncode == 1
+    assert unknown.result.stderr == f"modelhost tune: error: no model 'nosuch' in {repo}\n"
+    bad_flag = tune(
+        "-m", "simple", f"--model-repository={repo}", "--time-limit", "soon", "--output", str(tmp_path / "b")
+    )
+    assert bad_flag.result.returncode == 2
+    assert "expected a duration such as 90s" in bad_flag.result.stderr

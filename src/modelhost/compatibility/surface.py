@@ -585,7 +585,14 @@ FEATURES: tuple[Item, ...] = (
         "perf.md",
         test="tests/e2e/test_perf.py::test_http_sweep_writes_csv_export_and_plot",
     ),
-    Item("Model Analyzer", State.NOT_YET, "`modelhost tune` is planned"),
+    Item(
+        "Model Analyzer",
+        State.PARTLY,
+        "`modelhost tune`, one model at a time: quick and brute searches, no optuna search, no request-rate "
+        "sweeps, no ensembles, sequence or decoupled models, HTML/PNG reports instead of PDF",
+        "tune.md",
+        test="tests/tune/test_tune_run.py::test_the_best_config_is_written_with_a_diff_and_loads_and_serves",
+    ),
     Item(
         "Container images (CPU, GPU; `serve` for SageMaker)",
         State.SUPPORTED,

@@ -135,6 +135,11 @@ class Session:
         config = apply(record.variant, self.base_config, self.space.thread_parameter)
         error = target.load(json.dumps(config_to_json(config)), timeout=self.remaining())
         self.load_seconds = max(0.5, time.monotonic() - started)
+        if error is not None and self.remaining() <= 0:
+            self.stopped_by_time = (
+                True  # cut by the limit: not the variant's fault, so not recorded as failed
+            )
+            raise TimeUp
         if error is not None:
             record.failure = f"the server could not load it: {error}"
             self.loaded = None
