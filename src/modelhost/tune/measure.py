@@ -8,6 +8,7 @@ the variants differ by what the server does with the same traffic.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 from modelhost.perf import worker_spec
@@ -16,7 +17,7 @@ from modelhost.perf.inputs import build_input_data
 from modelhost.perf.measure import STABILITY_WINDOWS, Profiler, StepResult, Window, WorkerPool
 from modelhost.perf.options import PerfOptions, Range
 from modelhost.tune.point import Point
-from modelhost.tune.resources import UsageMeter
+from modelhost.tune.resources import Usage, UsageMeter
 from modelhost.tune.target import Target
 
 OnWindow = Callable[[float, int, Window, float], None]
@@ -69,18 +70,11 @@ class Measurer:
         options = dataclasses.replace(self.options, max_trials=max(max_trials, STABILITY_WINDOWS))
         meter = UsageMeter(self.target.metrics_url, self.target.pid)
         meter.start()
+        started = time.monotonic()
         result = Profiler(options, self.control, self.pool, on_window=self.on_window).measure(concurrency)
+        wall = time.monotonic() - started
         usage = meter.finish()
-        return to_point(
-            result,
-            variant,
-            concurrency,
-            usage.cpu_cores,
-            usage.ram_mb,
-            usage.gpu_memory_mb,
-            usage.gpu_utilization,
-            run,
-        )
+        return to_point(result, variant, concurrency, usage, wall, run)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -90,15 +84,9 @@ class Measurer:
 
 
 def to_point(
-    result: StepResult,
-    variant: str,
-    concurrency: int,
-    cpu_cores: float | None,
-    ram_mb: float | None,
-    gpu_memory_mb: float | None,
-    gpu_utilization: float | None,
-    run: int,
+    result: StepResult, variant: str, concurrency: int, usage: Usage, wall_s: float, run: int
 ) -> Point:
+    """Model Analyzer's metrics of one point from perf's result (its last three windows) and the server's usage."""
     ms = 1e-3
     return Point(
         variant=variant,
@@ -115,11 +103,11 @@ def to_point(
         compute_output_ms=result.server_avg_us("compute_output") * ms,
         send_recv_ms=(result.send_us + result.recv_us) * ms,
         response_wait_ms=result.response_wait_us * ms,
-        cpu_cores=cpu_cores,
-        ram_mb=ram_mb,
-        gpu_memory_mb=gpu_memory_mb,
-        gpu_utilization=gpu_utilization,
+        cpu_cores=usage.cpu_cores,
+        ram_mb=usage.ram_mb,
+        gpu_memory_mb=usage.gpu_memory_mb,
+        gpu_utilization=usage.gpu_utilization,
         stable=result.stable,
-        seconds=result.duration_s,
+        seconds=wall_s,
         run=run,
     )

@@ -25,6 +25,17 @@ COLOURS = [
     "#7f7f7f",
     "#bcbd22",
     "#17becf",
+    # tab20's lighter shades: a quick search measures 10 to 20 variants
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
 ]
 # The parts of a request's average latency, in the order the bars stack them.
 SEGMENTS = ("server queue", "compute input", "compute infer", "compute output", "other")
