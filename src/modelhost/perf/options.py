@@ -103,7 +103,7 @@ class _Parser(argparse.ArgumentParser):
     pass
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-i", dest="protocol", default="http", type=str.lower, choices=("http", "grpc"), help="protocol"
     )
-    p.add_argument("-b", dest="batch_size", type=_positive_int, default=1, help="batch size (1)")
+    p.add_argument("-b", dest="batch_size", type=positive_int, default=1, help="batch size (1)")
     p.add_argument(
         "--shape",
         dest="shapes",
@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="zero|random|FILE.json",
         help="input values: zero, random (default) or perf_analyzer's JSON input-data file",
     )
-    p.add_argument("--string-length", type=_positive_int, default=128, help="length of random strings")
+    p.add_argument("--string-length", type=positive_int, default=128, help="length of random strings")
     p.add_argument("--string-data", default=None, help="the string sent in every BYTES element")
     p.add_argument(
         "--concurrency-range",
@@ -218,12 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--request-distribution", choices=("constant", "poisson"), default="constant")
     p.add_argument(
-        "-p", "--measurement-interval", dest="interval_ms", type=_positive_int, default=5000, metavar="MS"
+        "-p", "--measurement-interval", dest="interval_ms", type=positive_int, default=5000, metavar="MS"
     )
     p.add_argument(
         "-s", "--stability-percentage", dest="stability_pct", type=_nonneg_float, default=10.0, metavar="PCT"
     )
-    p.add_argument("-r", "--max-trials", dest="max_trials", type=_positive_int, default=10)
+    p.add_argument("-r", "--max-trials", dest="max_trials", type=positive_int, default=10)
     p.add_argument(
         "--percentile",
         type=int,
@@ -247,8 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--plot", dest="plot_prefix", default=None, metavar="PREFIX", help="write PREFIX.html and PREFIX.png"
     )
-    p.add_argument("--processes", type=_positive_int, default=0, help="load-generator processes (auto)")
-    p.add_argument("--sequence-length", type=_positive_int, default=20, help="requests per sequence")
+    p.add_argument("--processes", type=positive_int, default=0, help="load-generator processes (auto)")
+    p.add_argument("--sequence-length", type=positive_int, default=20, help="requests per sequence")
     p.add_argument(
         "--sequence-length-variation",
         type=_nonneg_float,
@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output-shared-memory-size",
         dest="output_shm_size",
-        type=_positive_int,
+        type=positive_int,
         default=102400,
         metavar="BYTES",
         help="shared memory per output tensor and batch element (102400)",

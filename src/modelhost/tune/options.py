@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from modelhost.perf.options import positive_int
 from modelhost.tune.prices import parse_price
 from modelhost.tune.space import MAX_CONCURRENCY, MAX_INSTANCE_COUNT, MAX_MODEL_BATCH_SIZE
 
@@ -57,16 +58,6 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"the time limit must be positive, got {text!r}")
     return seconds
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
 
 
 def _positive_float(text: str) -> float:
@@ -145,14 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PER_HOUR|TYPE",
         help="the host's price per hour (or an EC2 instance type such as c6i.xlarge): cost per million inferences",
     )
-    p.add_argument("--max-instance-count", type=_positive_int, default=MAX_INSTANCE_COUNT, help="default 5")
+    p.add_argument("--max-instance-count", type=positive_int, default=MAX_INSTANCE_COUNT, help="default 5")
     p.add_argument(
-        "--max-model-batch-size", type=_positive_int, default=MAX_MODEL_BATCH_SIZE, help="default 128"
+        "--max-model-batch-size", type=positive_int, default=MAX_MODEL_BATCH_SIZE, help="default 128"
     )
-    p.add_argument("--max-concurrency", type=_positive_int, default=MAX_CONCURRENCY, help="default 1024")
+    p.add_argument("--max-concurrency", type=positive_int, default=MAX_CONCURRENCY, help="default 1024")
     p.add_argument(
         "--measurement-interval",
-        type=_positive_int,
+        type=positive_int,
         default=1000,
         metavar="MS",
         help="length of a measurement window in ms (default 1000)",
@@ -164,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the last three windows agree within this percentage (default 10)",
     )
     p.add_argument(
-        "--max-trials", type=_positive_int, default=8, help="windows per point at most (default 8)"
+        "--max-trials", type=positive_int, default=8, help="windows per point at most (default 8)"
     )
     p.add_argument(
         "--server-flag",
