@@ -52,7 +52,7 @@ def test_live_line_shows_the_best_so_far_and_the_eta(capsys: pytest.CaptureFixtu
     record = state.record(Variant(1, KIND_CPU, 64, True), default=True)
     now = time.monotonic()
     progress = Progress(Goal(latency_budget_ms=10), now, now + 600, True, None)
-    progress.expected_points = 10
+    progress.expected_variants = 5
     progress.measured(record, point(record.variant.key, 8, 1234.0, 5.0), cached=False)
     progress.starting(record, 16)
     progress.window(16, 2, window(), 1e6)
@@ -61,8 +61,9 @@ def test_live_line_shows_the_best_so_far_and_the_eta(capsys: pytest.CaptureFixtu
     assert "best mlp_config_default: 1234 infer/sec, p99 5.00 ms" in err
     assert "measuring mlp_config_default c=16" in err
     assert "window 2: 100 infer/sec" in err
-    # 9 points left at 2 s each: the ETA counts them down rather than showing the whole time limit
-    assert "ETA 0:18]" in err
+    # 5 variants of (so far) 1 point each, 4 points left at 2 s each: the ETA counts them down rather than
+    # showing the whole time limit
+    assert "ETA 0:08]" in err
     progress.measured(record, point(record.variant.key, 16, 9999.0, 50.0), cached=False)
     assert progress.best is not None and progress.best.throughput == 1234.0  # over the budget: not the best
     out = capsys.readouterr().out

@@ -154,9 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="the last three windows agree within this percentage (default 10)",
     )
-    p.add_argument(
-        "--max-trials", type=positive_int, default=8, help="windows per point at most (default 8)"
-    )
+    p.add_argument("--max-trials", type=positive_int, default=8, help="windows per point at most (default 8)")
     p.add_argument(
         "--server-flag",
         action="append",

@@ -31,15 +31,18 @@ class Progress:
         self.measuring = ""
         self.shown = False
         self.point_seconds: list[float] = []
-        self.expected_points: int | None = None  # known for a brute search: the ETA counts them down
+        self.expected_variants: int | None = None  # known for a brute search: the ETA counts them down
         self.done_points = 0
+        self.variants_seen: set[str] = set()
 
     def eta(self) -> float:
         """Seconds left: the time limit's, or less where the remaining points are known."""
         left = self.deadline - time.monotonic()
-        if self.expected_points is not None and self.point_seconds:
-            average = sum(self.point_seconds) / len(self.point_seconds)
-            left = min(left, max(0, self.expected_points - self.done_points) * average)
+        if self.expected_variants is not None and self.point_seconds and self.variants_seen:
+            # points per variant so far (a concurrency sweep's length varies by model) times what is left
+            per_variant = self.done_points / len(self.variants_seen)
+            points_left = max(0.0, self.expected_variants * per_variant - self.done_points)
+            left = min(left, points_left * sum(self.point_seconds) / len(self.point_seconds))
         return max(0.0, left)
 
     def _status(self) -> str:
@@ -78,6 +81,7 @@ class Progress:
     # session.Reporter
     def measured(self, record: VariantRecord, point: Point, cached: bool) -> None:
         self.done_points += 1
+        self.variants_seen.add(record.variant.key)
         if not cached:
             self.point_seconds.append(point.seconds)
         if self.goal.satisfies(point) and (
@@ -94,6 +98,7 @@ class Progress:
 
     def failed(self, record: VariantRecord, concurrency: int | None) -> None:
         self.done_points += 1
+        self.variants_seen.add(record.variant.key)
         if concurrency is None:
             what = record.variant.describe(self.thread_parameter)
             self.line(

@@ -207,8 +207,7 @@ def _search(options: TuneOptions, session: Session, p: Plan, progress: Progress)
     )
     try:
         if options.search == "brute":
-            # The ETA counts the sweep down: about five points a variant.
-            progress.expected_points = len(search.brute_variants(p.space, p.base)) * 5
+            progress.expected_variants = len(search.brute_variants(p.space, p.base))
             search.run_brute(session, p.base)
         else:
             search.run_quick(session, p.base)

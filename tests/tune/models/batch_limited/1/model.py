@@ -20,5 +20,7 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", data * 2)]))
+            responses.append(
+                pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", data * 2)])
+            )
         return responses
