@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -29,6 +30,7 @@ from modelhost.tune.results import CSV_COLUMNS
 
 HERE = Path(__file__).parent
 LIMIT_S = 30
+CUT_LIMIT_S = 12
 SMALL = [
     "--max-instance-count=2",
     "--max-model-batch-size=16",
@@ -91,9 +93,15 @@ def first(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run
 
 
-def test_the_run_ends_within_its_time_limit(first: Run) -> None:
+def test_the_run_ends_within_its_time_limit(
+    first: Run, stopped_then_resumed: tuple[list[dict[str, object]], Run, Run]
+) -> None:
     # The limit counts from the start of the run (server start included); Python's own start-up comes on top.
     assert first.wall_s < LIMIT_S + 5, first.result.stdout
+    # A brute search of this space takes well over a minute: the 12 s limit is what ended this one.
+    _, cut, _ = stopped_then_resumed
+    assert "stopped by the time limit" in cut.result.stdout
+    assert cut.wall_s < CUT_LIMIT_S + 5, cut.result.stdout
 
 
 def test_the_best_config_is_written_with_a_diff_and_loads_and_serves(
@@ -183,8 +191,8 @@ def test_a_second_run_needs_resume_or_overwrite(first: Run) -> None:
 @pytest.fixture(scope="module")
 def stopped_then_resumed(
     repo: Path, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[list[dict[str, object]], Run]:
-    """A brute search cut by a 12 s limit, then resumed for 12 s more."""
+) -> tuple[list[dict[str, object]], Run, Run]:
+    """A brute search cut by a 12 s limit, then resumed for 12 s more: (the points of the first, both runs)."""
     output = tmp_path_factory.mktemp("tune_resume") / "simple"
     args = [
         "-m",
@@ -196,14 +204,14 @@ def stopped_then_resumed(
         str(output),
         *SMALL,
     ]
-    cut = tune(*args, "--time-limit", "12s")
+    cut = tune(*args, "--time-limit", f"{CUT_LIMIT_S}s")
     assert "stopped by the time limit" in cut.result.stdout, cut.result.stdout + cut.result.stderr
     before = points_of(cut)
-    return before, tune(*args, "--time-limit", "12s", "--resume")
+    return before, cut, tune(*args, "--time-limit", f"{CUT_LIMIT_S}s", "--resume")
 
 
-def test_resume_skips_finished_points(stopped_then_resumed: tuple[list[dict[str, object]], Run]) -> None:
-    before, resumed = stopped_then_resumed
+def test_resume_skips_finished_points(stopped_then_resumed: tuple[list[dict[str, object]], Run, Run]) -> None:
+    before, _, resumed = stopped_then_resumed
     assert resumed.result.returncode == 0, resumed.result.stderr
     assert resumed.result.stdout.count("from the checkpoint") == len(before) > 0
     after = points_of(resumed)
@@ -282,3 +290,26 @@ def test_bad_requests_get_one_clear_line(repo: Path, tmp_path: Path) -> None:
     )
     assert bad_flag.result.returncode == 2
     assert "expected a duration such as 90s" in bad_flag.result.stderr
+
+
+def test_a_model_that_cannot_load_at_all_is_one_clear_error_and_leaves_nothing(
+    repo: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "repo"
+    shutil.copytree(repo / "batch_limited", broken / "batch_limited")
+    config = broken / "batch_limited" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 4", "max_batch_size: 8"))
+    links_before = set(Path(tempfile.gettempdir()).glob("modelhost-tune-*"))
+    run = tune(
+        "-m", "batch_limited", f"--model-repository={broken}", "--output", str(tmp_path / "out"), *SMALL
+    )
+    assert run.result.returncode == 1
+    assert run.result.stderr.startswith("modelhost tune: error: the server stopped")
+    assert (
+        "max_batch_size 8 is above what this model supports" in run.result.stderr
+    )  # the server's own reason
+    assert run.result.stderr.count("\n") == 1
+    assert run.wall_s < 60  # not the whole 10-minute default limit
+    assert (
+        set(Path(tempfile.gettempdir()).glob("modelhost-tune-*")) == links_before
+    )  # its private repository removed

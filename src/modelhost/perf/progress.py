@@ -8,11 +8,31 @@ from modelhost.perf.measure import Window
 from modelhost.perf.options import PerfOptions
 
 
+class LiveLine:
+    """One line on stderr, rewritten in place (a terminal's carriage return and erase-line); `clear()` before
+    printing anything else. Off (every call a no-op) where `live` is False, or None and stderr is no terminal."""
+
+    def __init__(self, live: bool | None) -> None:
+        self.live = live if live is not None else sys.stderr.isatty()
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        if self.live:
+            sys.stderr.write("\r\033[K" + text)
+            sys.stderr.flush()
+            self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
 class Progress:
     def __init__(self, options: PerfOptions) -> None:
         self.options = options
-        self.live = options.progress if options.progress is not None else sys.stderr.isatty()
-        self.shown = False
+        self.line = LiveLine(options.progress)
 
     def window(self, value: float, trial: int, window: Window, latency_ns: float) -> None:
         o = self.options
@@ -25,13 +45,8 @@ class Progress:
         if o.verbose:
             self.clear()
             print(text, flush=True)
-        elif self.live:
-            sys.stderr.write("\r\033[K" + text)
-            sys.stderr.flush()
-            self.shown = True
+        else:
+            self.line.show(text)
 
     def clear(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-            self.shown = False
+        self.line.clear()

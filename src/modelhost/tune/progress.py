@@ -3,13 +3,15 @@ the ETA; otherwise (a log, CI) one plain line per point."""
 
 from __future__ import annotations
 
-import sys
 import time
 
 from modelhost.perf.measure import Window
+from modelhost.perf.progress import LiveLine
 from modelhost.tune.checkpoint import VariantRecord
 from modelhost.tune.goal import Goal
 from modelhost.tune.point import Point
+
+LIVE_WIDTH = 160  # a longer live line would wrap, and \r would then rewrite only its last row
 
 
 def clock(seconds: float) -> str:
@@ -24,12 +26,11 @@ class Progress:
         self.goal = goal
         self.started = started
         self.deadline = deadline
-        self.live = live if live is not None else sys.stderr.isatty()
+        self.live_line = LiveLine(live)
         self.thread_parameter = thread_parameter
         self.best: Point | None = None
         self.best_name = ""
         self.measuring = ""
-        self.shown = False
         self.point_seconds: list[float] = []
         self.expected_variants: int | None = None  # known for a brute search: the ETA counts them down
         self.done_points = 0
@@ -52,17 +53,10 @@ class Progress:
         return f"[{clock(time.monotonic() - self.started)} ETA {clock(self.eta())}]{best}"
 
     def _live(self, text: str) -> None:
-        if self.live:
-            width = 160
-            sys.stderr.write("\r\033[K" + text[:width])
-            sys.stderr.flush()
-            self.shown = True
+        self.live_line.show(text[:LIVE_WIDTH])
 
     def clear(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-            self.shown = False
+        self.live_line.clear()
 
     def line(self, text: str) -> None:
         self.clear()

@@ -122,9 +122,6 @@ class Session:
 
     # -- points -------------------------------------------------------------------------------------------
 
-    def record(self, variant: Variant) -> VariantRecord:
-        return self.state.record(variant)
-
     def _load(self, record: VariantRecord) -> bool:
         problem = self.validate(record.variant)
         if problem is not None:

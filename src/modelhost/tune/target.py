@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -149,7 +150,11 @@ class OwnServer(Target):
         ]
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         self.pid = self.process.pid
-        self._wait_ready(timeout)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.close()  # the caller gets no object to close: no server, log handle or link left behind
+            raise
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -169,9 +174,11 @@ class OwnServer(Target):
         )
 
     def _log_tail(self) -> str:
+        """The server's error lines (Triton's `E1124 12:00:00.000 ...` form), else its last lines."""
         self._log.flush()
         lines = self.log_path.read_text(errors="replace").strip().splitlines()
-        return " | ".join(lines[-5:]) or f"(no output; see {self.log_path})"
+        errors = [line for line in lines if re.match(r"E\d{4} ", line)]
+        return " | ".join((errors or lines)[-3:]) or f"(no output; see {self.log_path})"
 
     def alive(self) -> bool:
         return self.process.poll() is None and super().alive()
