@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
@@ -9,8 +10,17 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from cuda_stand_in import HostIpc
+from modelhost import shared_memory
 from modelhost.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
-from modelhost.shared_memory import DISABLED, RESERVED_PREFIX, SharedMemoryRegistry
+from modelhost.shared_memory import (
+    CUDA,
+    CUDA_NO_BINDINGS,
+    CUDA_NO_GPU,
+    DISABLED,
+    RESERVED_PREFIX,
+    SharedMemoryRegistry,
+)
 
 
 @pytest.fixture
@@ -217,3 +227,141 @@ def test_close_unmaps_everything(key: str) -> None:
     registry.close()
     assert registry.status() == []
     held.release()  # a request that outlived the shutdown closes its region itself
+
+
+# --- CUDA regions, through a stand-in for CUDA's IPC whose "device memory" is host memory
+
+
+@pytest.fixture
+def ipc() -> HostIpc:
+    return HostIpc()
+
+
+@pytest.fixture
+def cuda_registry(ipc: HostIpc) -> Iterator[SharedMemoryRegistry]:
+    r = SharedMemoryRegistry(allowed=True, cuda_ipc=ipc)
+    yield r
+    r.close()
+
+
+def test_cuda_register_status_unregister(cuda_registry: SharedMemoryRegistry, ipc: HostIpc, key: str) -> None:
+    handle = ipc.allocate(bytes(64))
+    cuda_registry.register_cuda("c", handle, 0, 48)
+    cuda_registry.register("s", key, 0, 8)
+    assert cuda_registry.status(kind=CUDA) == [{"name": "c", "device_id": 0, "byte_size": 48}]
+    assert cuda_registry.status("c", CUDA) == [{"name": "c", "device_id": 0, "byte_size": 48}]
+    assert [r["name"] for r in cuda_registry.status()] == ["s"]
+    # One namespace: a name is taken whatever the kind.
+    with pytest.raises(AlreadyExists, match="shared memory region 'c' already in manager"):
+        cuda_registry.register("c", key, 0, 8)
+    with pytest.raises(AlreadyExists, match="shared memory region 's' already in manager"):
+        cuda_registry.register_cuda("s", handle, 0, 8)
+    # Each kind's endpoints see their own regions, in Triton's words.
+    with pytest.raises(
+        NotFound, match="The region named 'c' is registered as CUDA shared memory, not system"
+    ):
+        cuda_registry.status("c")
+    with pytest.raises(
+        NotFound, match="The region named 's' is registered as system shared memory, not CUDA"
+    ):
+        cuda_registry.status("s", CUDA)
+    with pytest.raises(NotFound, match="Unable to find cuda shared memory region: 'x'"):
+        cuda_registry.status("x", CUDA)
+    cuda_registry.unregister("c")  # the system kind: leaves the CUDA region alone
+    cuda_registry.unregister(kind=CUDA)  # every CUDA region: leaves the system one alone
+    assert cuda_registry.status(kind=CUDA) == []
+    assert [r["name"] for r in cuda_registry.status()] == ["s"]
+    assert ipc.closed == list(ipc.opened)
+
+
+def test_cuda_inputs_are_copied_from_the_device_and_outputs_to_it(
+    cuda_registry: SharedMemoryRegistry, ipc: HostIpc
+) -> None:
+    handle = ipc.allocate(bytes(range(64)))
+    cuda_registry.register_cuda("c", handle, 1, 64)
+    lease = cuda_registry.lease()
+    data = np.frombuffer(lease.input("c", 16, 8), dtype=np.uint8)
+    assert data.tolist() == list(range(16, 24))
+    assert not data.flags.writeable
+    lease.output("OUT", "c", 32, 8)
+    assert lease.write("OUT", "INT32", np.array([7, -1], dtype=np.int32))
+    assert ipc.contents(handle)[32:40] == np.array([7, -1], dtype=np.int32).tobytes()
+    assert set(ipc.devices) == {1}
+    with pytest.raises(InvalidArgument, match="should be at least 12 bytes"):
+        lease.output("BIG", "c", 56, 8)
+        lease.write("BIG", "INT32", np.zeros(3, dtype=np.int32))
+    with pytest.raises(InvalidArgument, match="Invalid offset \\+ byte size for shared memory region: 'c'"):
+        lease.input("c", 60, 8)
+    with pytest.raises(InvalidArgument, match="Invalid offset for shared memory region: 'c'"):
+        lease.input("c", 64, 1)
+    lease.release()
+
+
+def test_cuda_region_in_use_closes_after_its_last_request(
+    cuda_registry: SharedMemoryRegistry, ipc: HostIpc
+) -> None:
+    cuda_registry.register_cuda("c", ipc.allocate(bytes(16)), 0, 16)
+    lease = cuda_registry.lease()
+    lease.input("c", 0, 4)
+    cuda_registry.unregister("c", CUDA)
+    assert ipc.closed == [] and cuda_registry.status(kind=CUDA) == []
+    lease.release()
+    assert len(ipc.closed) == 1
+
+
+@pytest.mark.parametrize(
+    ("handle", "device_id", "byte_size", "message"),
+    [
+        (b"\0" * 63, 0, 8, "'raw_handle' must be a cudaIpcMemHandle_t of 64 bytes, not 63 bytes"),
+        (b"\1" * 64, 0, 8, "failed to register shared memory region: invalid args"),  # CUDA cannot open it
+        (None, 0, 65, "failed to register shared memory region 'c': invalid args"),  # past the allocation
+        (None, -1, 8, "failed to register shared memory region 'c': invalid args"),
+    ],
+)
+def test_cuda_registration_errors(
+    cuda_registry: SharedMemoryRegistry,
+    ipc: HostIpc,
+    handle: bytes | None,
+    device_id: int,
+    byte_size: int,
+    message: str,
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        cuda_registry.register_cuda(
+            "c", ipc.allocate(bytes(64)) if handle is None else handle, device_id, byte_size
+        )
+    assert info.value.message == message
+    assert cuda_registry.status(kind=CUDA) == []
+    assert ipc.closed == list(ipc.opened)  # a handle opened for a refused region is closed again
+
+
+def test_cuda_registration_needs_a_name_and_client_shm(ipc: HostIpc) -> None:
+    with pytest.raises(
+        InvalidArgument, match="'region name' is necessary to register cuda shared memory region"
+    ):
+        SharedMemoryRegistry(allowed=True, cuda_ipc=ipc).register_cuda("", b"\0" * 64, 0, 8)
+    with pytest.raises(Unsupported, match="Client shared memory is disabled"):
+        SharedMemoryRegistry(allowed=False, cuda_ipc=ipc).register_cuda("c", b"\0" * 64, 0, 8)
+
+
+def test_without_a_gpu_cuda_registration_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shared_memory, "gpu_count", lambda: 0)
+    registry = SharedMemoryRegistry(allowed=True)
+    assert not registry.cuda_available()
+    with pytest.raises(Unsupported) as info:
+        registry.register_cuda("c", b"\0" * 64, 0, 8)
+    assert info.value.message == CUDA_NO_GPU
+    assert registry.status(kind=CUDA) == []
+    registry.unregister(kind=CUDA)  # nothing to do, no error
+
+
+def test_with_a_gpu_and_no_cuda_bindings_the_reason_names_the_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None:
+        pytest.skip("cuda-bindings is installed here")
+    monkeypatch.setattr(shared_memory, "gpu_count", lambda: 1)
+    with pytest.raises(Unsupported) as info:
+        SharedMemoryRegistry(allowed=True).register_cuda("c", b"\0" * 64, 0, 8)
+    assert info.value.message == CUDA_NO_BINDINGS
+    assert "pip install 'modelhost[cuda]'" in CUDA_NO_BINDINGS

@@ -167,8 +167,8 @@ FLAGS: tuple[Flag, ...] = (
               "modelhost only: bytes of requests one frontend process may have in flight to the engine; past "
               "that, requests are refused with 503 at once.", field="frontend_buffer_byte_size"),
     _honoured("allow-client-shm", "bool", "false", SERVER,
-              "Let clients register and use system shared-memory regions (CUDA shared memory is not "
-              "supported).", field="allow_client_shm"),
+              "Let clients register and use shared-memory regions: system shared memory, and CUDA shared "
+              "memory on a host with a GPU and the `cuda` extra.", field="allow_client_shm"),
     # Model repository
     _honoured("model-repository", "str", "the bundled examples", REPOSITORY,
               "A model repository: a local path, s3://[<host>:<port>/]<bucket>/<prefix>, gs:// or as://; "
@@ -546,7 +546,8 @@ def _top_parser() -> argparse.ArgumentParser:
     commands.add_parser("serve", help="Run the server on HTTP, GRPC and metrics ports (8000, 8001, 8002).")
     commands.add_parser("perf", help="Measure a model's throughput and latency, as perf_analyzer does.")
     commands.add_parser(
-        "tune", help="Find the model configuration that serves a model best, as Model Analyzer does (docs/tune.md)."
+        "tune",
+        help="Find the model configuration that serves a model best, as Model Analyzer does (docs/tune.md).",
     )
     commands.add_parser(
         "sagemaker",

@@ -30,7 +30,8 @@ log = logging.getLogger("modelhost.server")
 _HASH_ON_THREAD_BYTES = 1 << 20
 
 # Extensions listed in server metadata, in Triton's order: only the ones this server implements.
-# system_shared_memory only with --allow-client-shm=true; cuda_shared_memory never (registration is refused).
+# system_shared_memory only with --allow-client-shm=true; cuda_shared_memory with it where CUDA IPC handles can be
+# opened (a GPU and the cuda-bindings package).
 EXTENSIONS = [
     "classification",
     "sequence",
@@ -102,7 +103,10 @@ class Server:
     def metadata(self) -> dict[str, Any]:
         extensions = list(EXTENSIONS)
         if self.shared_memory.allowed:
-            extensions.insert(_SHM_AFTER, "system_shared_memory")
+            shared = ["system_shared_memory"]
+            if self.shared_memory.cuda_available():
+                shared.append("cuda_shared_memory")
+            extensions[_SHM_AFTER:_SHM_AFTER] = shared
         return {"name": self.server_id, "version": TRITON_COMPAT_VERSION, "extensions": extensions}
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Client system shared memory (Triton's `system_shared_memory` extension): the regions, their mappings, bounds.
+"""Client shared memory (Triton's `system_shared_memory` and `cuda_shared_memory` extensions): the regions, their
+mappings, bounds.
 
-A client creates a POSIX shared-memory object (`/dev/shm/<key>`), registers a window of it (offset, byte size)
-under a name, and then names that region in inference requests: inputs are read from it (a read-only numpy view
-over the mapping, no copy), outputs are written into it. Messages follow Triton's (shared_memory_manager.cc).
+System shared memory: a client creates a POSIX shared-memory object (`/dev/shm/<key>`), registers a window of it
+(offset, byte size) under a name, and then names that region in inference requests: inputs are read from it (a
+read-only numpy view over the mapping, no copy), outputs are written into it. Messages follow Triton's
+(shared_memory_manager.cc).
 
 Safety: the object's descriptor stays open while the region is registered, and its current size is checked
 against every access (fstat), so a client that shrinks the object gets an error instead of a SIGBUS in the
@@ -10,35 +12,69 @@ server; an object the client unlinks stays mapped until the region is unregister
 access already checked, or an input view a model still reads after the check, is not covered: POSIX offers no
 way to fault-proof a shared mapping.) A region in use by a request when it is unregistered stays until that
 request is done, as in Triton.
+
+CUDA shared memory: a client allocates device memory, exports it with cudaIpcGetMemHandle and registers the raw
+handle under a name; the server opens the handle once (`CudaIpc.open`, which maps the client's whole allocation)
+and closes it when the region is unregistered. Inputs named in such a region are copied from the device into a
+new host buffer, outputs from the host into the device memory (`CudaRegion.view` / `write`): modelhost's
+backends take host arrays, and a copy of the bytes of one request costs microseconds against the IPC open that
+is done once. System and CUDA regions share one namespace of names, as in Triton.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import mmap
 import os
 import stat
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from modelhost import cuda_runtime
+from modelhost.devices import gpu_count
 from modelhost.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
 from modelhost.tensor_codec import raw_bytes
+
+log = logging.getLogger("modelhost.shared_memory")
 
 # Triton's kTritonSharedMemoryRegionPrefix: the python backend's own regions; no client key may start with it.
 RESERVED_PREFIX = "triton_python_backend_shm_region_"
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
-CUDA_UNSUPPORTED = "CUDA shared memory is not supported: modelhost serves system shared memory only"
 CUDA_NO_GPU = "CUDA shared memory requires a GPU, and this server has none"
+CUDA_NO_BINDINGS = (
+    "CUDA shared memory needs the Python package 'cuda-bindings' (NVIDIA's CUDA runtime bindings), which is not "
+    "installed on this server; install it with: pip install 'modelhost[cuda]'"
+)
+SYSTEM = "system"
+CUDA = "cuda"
+_KIND_WORDS = {SYSTEM: "system", CUDA: "CUDA"}
 SHM_DIR = "/dev/shm"
 _SIZE_MAX = 2**64 - 1
 
 
+def _check_window(name: str, size: int, offset: int, byte_size: int) -> None:
+    """[offset, offset + byte_size) must lie in a region of `size` bytes: Triton's checks and words."""
+    if offset >= size:
+        raise InvalidArgument(f"Invalid offset for shared memory region: '{name}'")
+    if byte_size > _SIZE_MAX - offset:
+        raise InvalidArgument(
+            f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) exceeds maximum value "
+            f"({_SIZE_MAX}) for region '{name}'"
+        )
+    if offset + byte_size > size:
+        raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{name}'")
+
+
 @dataclass(slots=True, eq=False)
 class Region:
+    """A registered window of a POSIX shared-memory object."""
+
+    kind: ClassVar[str] = SYSTEM
     name: str
     key: str
     offset: int  # in the shared-memory object
@@ -53,18 +89,10 @@ class Region:
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
-    def _window(self, offset: int, byte_size: int) -> slice:
+    def check_window(self, offset: int, byte_size: int) -> slice:
         """The bytes [offset, offset + byte_size) of the region in the mapping, checked as Triton checks them and
         against the object's size now."""
-        if offset >= self.byte_size:
-            raise InvalidArgument(f"Invalid offset for shared memory region: '{self.name}'")
-        if byte_size > _SIZE_MAX - offset:
-            raise InvalidArgument(
-                f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) exceeds maximum value "
-                f"({_SIZE_MAX}) for region '{self.name}'"
-            )
-        if offset + byte_size > self.byte_size:
-            raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{self.name}'")
+        _check_window(self.name, self.byte_size, offset, byte_size)
         try:
             size = os.fstat(self._fd).st_size
         except OSError as e:
@@ -80,10 +108,10 @@ class Region:
 
     def view(self, offset: int, byte_size: int) -> memoryview:
         """A read-only view of part of the region (no copy)."""
-        return memoryview(self._map)[self._window(offset, byte_size)].toreadonly()
+        return memoryview(self._map)[self.check_window(offset, byte_size)].toreadonly()
 
     def write(self, offset: int, data: bytes | memoryview) -> None:
-        memoryview(self._map)[self._window(offset, len(data))] = data
+        memoryview(self._map)[self.check_window(offset, len(data))] = data
 
     def close(self) -> None:
         if self.closed:
@@ -93,6 +121,105 @@ class Region:
         with contextlib.suppress(BufferError):
             self._map.close()
         os.close(self._fd)
+
+
+class CudaIpc(Protocol):
+    """The device memory behind CUDA regions: CUDA's IPC and copies (`RUNTIME_IPC`; tests use a stand-in)."""
+
+    def open(self, handle: bytes, device_id: int) -> int: ...
+
+    def allocation_size(self, address: int) -> int: ...
+
+    def close(self, address: int) -> None: ...
+
+    def to_host(self, host_address: int, address: int, nbytes: int, device_id: int) -> None: ...
+
+    def to_device(self, address: int, host_address: int, nbytes: int, device_id: int) -> None: ...
+
+
+class _RuntimeIpc:
+    """CudaIpc through the CUDA runtime (modelhost.cuda_runtime)."""
+
+    def open(self, handle: bytes, device_id: int) -> int:
+        return cuda_runtime.ipc_open(handle, device_id)
+
+    def allocation_size(self, address: int) -> int:
+        return cuda_runtime.allocation_size(address)
+
+    def close(self, address: int) -> None:
+        cuda_runtime.ipc_close(address)
+
+    def to_host(self, host_address: int, address: int, nbytes: int, device_id: int) -> None:
+        cuda_runtime.copy_to_host(host_address, address, nbytes, device_id)
+
+    def to_device(self, address: int, host_address: int, nbytes: int, device_id: int) -> None:
+        cuda_runtime.copy_to_device(address, host_address, nbytes, device_id)
+
+
+RUNTIME_IPC: CudaIpc = _RuntimeIpc()
+
+
+def cuda_unavailable() -> str | None:
+    """Why this server cannot open CUDA IPC handles, or None when it can."""
+    if gpu_count() == 0:
+        return CUDA_NO_GPU
+    try:
+        cuda_runtime.runtime()
+        cuda_runtime.driver()
+    except cuda_runtime.MissingBindings:
+        return CUDA_NO_BINDINGS
+    return None
+
+
+def _host_address(data: bytes | bytearray | memoryview) -> int:
+    """The address of a C-contiguous host buffer (read-only ones too), for a CUDA copy."""
+    return int(np.frombuffer(data, dtype=np.uint8).ctypes.data)
+
+
+@dataclass(slots=True, eq=False)
+class CudaRegion:
+    """Device memory a client shared through a CUDA IPC handle, opened in this process."""
+
+    kind: ClassVar[str] = CUDA
+    name: str
+    device_id: int
+    byte_size: int
+    _address: int  # where the client's allocation is mapped in this process
+    _ipc: CudaIpc
+    users: int = 0
+    unregistering: bool = False
+    closed: bool = False
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "device_id": self.device_id, "byte_size": self.byte_size}
+
+    def check_window(self, offset: int, byte_size: int) -> None:
+        _check_window(self.name, self.byte_size, offset, byte_size)
+
+    def view(self, offset: int, byte_size: int) -> memoryview:
+        """A host copy of part of the region."""
+        self.check_window(offset, byte_size)
+        host = bytearray(byte_size)
+        if byte_size:
+            self._ipc.to_host(_host_address(host), self._address + offset, byte_size, self.device_id)
+        return memoryview(host).toreadonly()
+
+    def write(self, offset: int, data: bytes | memoryview) -> None:
+        self.check_window(offset, len(data))
+        if len(data):
+            self._ipc.to_device(self._address + offset, _host_address(data), len(data), self.device_id)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._ipc.close(self._address)
+        except cuda_runtime.CudaError as e:
+            log.error("failed to close CUDA IPC handle of shared memory region '%s': %s", self.name, e)
+
+
+AnyRegion = Region | CudaRegion
 
 
 def _open_object(key: str) -> int:
@@ -115,7 +242,7 @@ def _open_object(key: str) -> int:
 
 @dataclass(slots=True)
 class OutputTarget:
-    region: Region
+    region: AnyRegion
     offset: int
     byte_size: int
 
@@ -125,10 +252,10 @@ class Lease:
     """The regions one inference request uses, held from its decoding until its answer is written."""
 
     registry: SharedMemoryRegistry
-    held: list[Region] = field(default_factory=list)
+    held: list[AnyRegion] = field(default_factory=list)
     outputs: dict[str, OutputTarget] = field(default_factory=dict)
 
-    def _region(self, name: str) -> Region:
+    def _region(self, name: str) -> AnyRegion:
         for region in self.held:
             if region.name == name:
                 return region
@@ -137,13 +264,13 @@ class Lease:
         return region
 
     def input(self, region: str, offset: int, byte_size: int) -> memoryview:
-        """The bytes of an input, a view of the region."""
+        """The bytes of an input: a view of a system region, a host copy of a CUDA region."""
         return self._region(region).view(offset, byte_size)
 
     def output(self, output: str, region: str, offset: int, byte_size: int) -> None:
         """Output `output` goes into the region: checked now, written by `write`."""
         target = self._region(region)
-        target._window(offset, byte_size)
+        target.check_window(offset, byte_size)
         self.outputs[output] = OutputTarget(target, offset, byte_size)
 
     def write(self, output: str, datatype: str, data: npt.NDArray[Any]) -> bool:
@@ -173,19 +300,46 @@ class Lease:
 
 
 class SharedMemoryRegistry:
-    """The registered system shared-memory regions of a server, by name."""
+    """The registered shared-memory regions of a server, system and CUDA, by name (one namespace for both).
+
+    `cuda_ipc`: how CUDA regions reach device memory; None: through the CUDA runtime where this host has a GPU and
+    the cuda-bindings package, else CUDA registration is refused (501) with the reason."""
 
     def __init__(
-        self, *, allowed: bool = False, reserved_prefixes: tuple[str, ...] = (RESERVED_PREFIX,)
+        self,
+        *,
+        allowed: bool = False,
+        reserved_prefixes: tuple[str, ...] = (RESERVED_PREFIX,),
+        cuda_ipc: CudaIpc | None = None,
     ) -> None:
         self.allowed = allowed
         self.reserved_prefixes = reserved_prefixes
-        self._regions: dict[str, Region] = {}
+        self._cuda_ipc = cuda_ipc
+        self._cuda_reason: str | None = None
+        self._regions: dict[str, AnyRegion] = {}
         self._lock = threading.Lock()
 
     def check_allowed(self) -> None:
         if not self.allowed:
             raise Unsupported(DISABLED)
+
+    def cuda_ipc(self) -> CudaIpc:
+        """What opens CUDA IPC handles here, or Unsupported saying why nothing can."""
+        if self._cuda_ipc is None:
+            if self._cuda_reason is None:
+                self._cuda_reason = cuda_unavailable() or ""  # the host does not change: found out once
+            if self._cuda_reason:
+                raise Unsupported(self._cuda_reason)
+            self._cuda_ipc = RUNTIME_IPC
+        return self._cuda_ipc
+
+    def cuda_available(self) -> bool:
+        """Whether CUDA regions can be registered (the cuda_shared_memory extension is served)."""
+        try:
+            self.cuda_ipc()
+        except Unsupported:
+            return False
+        return True
 
     def lease(self) -> Lease:
         return Lease(self)
@@ -234,14 +388,48 @@ class SharedMemoryRegistry:
                 raise
             self._regions[name] = Region(name, key, offset, byte_size, fd, mapping, start)
 
-    def unregister(self, name: str = "") -> None:
-        """Unregister one region ("" = all). An unknown name is no error, as in Triton."""
+    def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        """Register the device memory of a client's CUDA IPC handle (the 64 bytes of a cudaIpcMemHandle_t)."""
+        self.check_allowed()
+        ipc = self.cuda_ipc()
+        if not name:
+            raise InvalidArgument("'region name' is necessary to register cuda shared memory region")
+        if len(raw_handle) != cuda_runtime.IPC_HANDLE_SIZE:
+            raise InvalidArgument(
+                f"'raw_handle' must be a cudaIpcMemHandle_t of {cuda_runtime.IPC_HANDLE_SIZE} bytes, not "
+                f"{len(raw_handle)} bytes"
+            )
+        if device_id < 0 or byte_size < 0:
+            raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
+        with self._lock:
+            if name in self._regions:
+                raise AlreadyExists(f"shared memory region '{name}' already in manager")
+            try:
+                address = ipc.open(raw_handle, device_id)
+            except cuda_runtime.CudaError as e:
+                # As Triton: CUDA's reason in the log, a plain one to the client.
+                log.error("failed to open CUDA IPC handle of shared memory region '%s': %s", name, e)
+                raise InvalidArgument("failed to register shared memory region: invalid args") from e
+            try:
+                size = ipc.allocation_size(address)
+            except cuda_runtime.CudaError as e:
+                log.error("%s (shared memory region '%s')", e, name)
+                size = -1
+            if byte_size > size:
+                with contextlib.suppress(cuda_runtime.CudaError):
+                    ipc.close(address)
+                raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
+            self._regions[name] = CudaRegion(name, device_id, byte_size, address, ipc)
+
+    def unregister(self, name: str = "", kind: str = SYSTEM) -> None:
+        """Unregister one region of `kind` ("" = all of them). An unknown name, or the name of a region of the
+        other kind, is no error, as in Triton."""
         self.check_allowed()
         with self._lock:
             names = [name] if name else list(self._regions)
             for n in names:
                 region = self._regions.get(n)
-                if region is None:
+                if region is None or region.kind != kind:
                     continue
                 # Gone at once: no new request may use it and the name is free to register again; a request
                 # still using it keeps the mapping, which its release closes.
@@ -251,16 +439,22 @@ class SharedMemoryRegistry:
                 else:
                     region.close()
 
-    def status(self, name: str = "") -> list[dict[str, Any]]:
+    def status(self, name: str = "", kind: str = SYSTEM) -> list[dict[str, Any]]:
+        """The regions of `kind`, or the one named."""
         with self._lock:
             if not name:
-                return [r.status() for r in self._regions.values()]
+                return [r.status() for r in self._regions.values() if r.kind == kind]
             region = self._regions.get(name)
             if region is None:
-                raise NotFound(f"Unable to find system shared memory region: '{name}'")
+                raise NotFound(f"Unable to find {kind} shared memory region: '{name}'")
+            if region.kind != kind:
+                raise NotFound(
+                    f"The region named '{name}' is registered as {_KIND_WORDS[region.kind]} shared memory, "
+                    f"not {_KIND_WORDS[kind]} shared memory"
+                )
             return [region.status()]
 
-    def acquire(self, name: str) -> Region:
+    def acquire(self, name: str) -> AnyRegion:
         self.check_allowed()
         with self._lock:
             region = self._regions.get(name)
@@ -269,7 +463,7 @@ class SharedMemoryRegistry:
             region.users += 1
             return region
 
-    def release(self, region: Region) -> None:
+    def release(self, region: AnyRegion) -> None:
         with self._lock:
             region.users -= 1
             if region.users == 0 and region.unregistering:

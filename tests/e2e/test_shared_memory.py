@@ -19,6 +19,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, serialize_byte_tensor
 
 from e2e.server_process import RunningServer, running_server
+from modelhost.devices import gpu_count
 
 PROTOCOLS = ["http", "grpc"]
 OWN_PREFIX = "mh_test_pb_region_"  # the python backend's prefix this server is configured with
@@ -248,7 +249,10 @@ def test_http_register_body_errors(server: RunningServer, regions: Regions) -> N
     assert requests.post(f"{base}/status", timeout=10).status_code == 405
 
 
-def test_cuda_shared_memory_is_refused(server: RunningServer, client: Any, protocol: str) -> None:
+@pytest.mark.skipif(gpu_count() > 0, reason="checks the refusal on a host without a GPU")
+def test_cuda_shared_memory_is_refused_without_a_gpu(
+    server: RunningServer, client: Any, protocol: str, regions: Regions
+) -> None:
     status = client.get_cuda_shared_memory_status()
     assert (status if protocol == "http" else list(status.regions)) == []
     region = f"cuda_{protocol}"
@@ -257,15 +261,32 @@ def test_cuda_shared_memory_is_refused(server: RunningServer, client: Any, proto
         protocol,
         "501",
         "UNIMPLEMENTED",
-        "CUDA shared memory",
+        "CUDA shared memory requires a GPU, and this server has none",
     )
     client.unregister_cuda_shared_memory()
+    # One namespace for both kinds: a system region is no CUDA region, and the CUDA endpoints say so.
+    regions.create("sys", 64)
+    client.register_system_shared_memory("sys", regions.key("sys"), 64)
+    expect(
+        lambda: client.get_cuda_shared_memory_status("sys"),
+        protocol,
+        "404",
+        "NOT_FOUND",
+        "The region named 'sys' is registered as system shared memory, not CUDA shared memory",
+    )
+    client.unregister_cuda_shared_memory("sys")  # the CUDA endpoint leaves a system region alone
+    kept = client.get_system_shared_memory_status("sys")
+    assert len(kept if protocol == "http" else kept.regions) == 1
     # Logged once, at the level of every other refused request (info), not as a server error.
     deadline = time.monotonic() + 10
-    while not (lines := [ln for ln in server.log().splitlines() if "CUDA shared memory" in ln and region in ln]):
+    while not (
+        lines := [ln for ln in server.log().splitlines() if "CUDA shared memory" in ln and region in ln]
+    ):
         assert time.monotonic() < deadline, server.log()
         time.sleep(0.05)
     assert len(lines) == 1 and lines[0].startswith("I"), lines
+    extensions = requests.get(f"http://{server.http_url}/v2", timeout=10).json()["extensions"]
+    assert "system_shared_memory" in extensions and "cuda_shared_memory" not in extensions
 
 
 # --- Inference

@@ -1,9 +1,8 @@
 """The few CUDA runtime calls the TensorRT backend needs, through NVIDIA's cuda-python bindings.
 
-Why cuda-python (`cuda.bindings.runtime`, the `cuda-bindings` package): it is NVIDIA's own thin binding of the
-CUDA runtime API, a few MB with the runtime linked in statically, so it needs nothing but the driver. PyTorch
-would bring gigabytes for a handful of calls; polygraphy's wrapper loads a libcudart it has to find on the
-system. Every call returns `(error, *values)`; `_call` turns an error into CudaError.
+The binding itself, and why it is cuda-python, is `modelhost.cuda_runtime`; this module adds what TensorRT needs on
+top (streams with priorities, device buffers that grow) and says, when the package is missing, how to install it
+for this backend.
 
 Imported only when an instance is created or a device is queried, never at module import, so that a missing
 package says which one to install instead of failing the import of the backend.
@@ -11,26 +10,21 @@ package says which one to install instead of failing the import of the backend.
 
 from __future__ import annotations
 
-import functools
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
 import numpy.typing as npt
 
+from modelhost import cuda_runtime
+from modelhost.cuda_runtime import CudaError
 from modelhost.errors import ModelConfigError
 
 
-class CudaError(RuntimeError):
-    pass
-
-
-@functools.cache
 def cudart() -> Any:
     """The cuda.bindings.runtime module; a load error naming the package to install when it is missing."""
     try:
-        return importlib.import_module("cuda.bindings.runtime")
-    except ModuleNotFoundError as e:
+        return cuda_runtime.runtime()
+    except cuda_runtime.MissingBindings as e:
         raise ModelConfigError(
             "the tensorrt backend needs the Python package 'cuda-bindings' (NVIDIA's CUDA runtime bindings) "
             "for its device buffers, which is not installed; install it with: pip install 'modelhost[tensorrt]'"
@@ -39,19 +33,7 @@ def cudart() -> Any:
 
 def _call(result: Any) -> Any:
     """The value(s) of a cuda.bindings call, or CudaError with CUDA's name and description of the error."""
-    rt = cudart()
-    error, *values = result if isinstance(result, tuple) else (result,)
-    if error != rt.cudaError_t.cudaSuccess:
-        _, name = rt.cudaGetErrorName(error)
-        _, text = rt.cudaGetErrorString(error)
-        raise CudaError(f"{_text(name)}: {_text(text)}")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return cuda_runtime.check(cudart(), result)
 
 
 def device_count() -> int:

@@ -14,12 +14,10 @@ from google.protobuf import json_format  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
-from modelhost.devices import gpu_count
 from modelhost.errors import (
     DecoupledModel,
     InvalidArgument,
     ModelhostError,
-    NotFound,
     Unsupported,
     request_failure_level,
 )
@@ -27,7 +25,7 @@ from modelhost.frontends.grpc.calls import AbortError, CallContext
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
-from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED
+from modelhost.shared_memory import CUDA
 
 # The repository index rows' fields that RepositoryIndexResponse.ModelIndex has (the HTTP JSON has more).
 _INDEX_FIELDS = frozenset({"name", "version", "state", "reason"})
@@ -314,28 +312,34 @@ class GrpcService:
 
         return await _answer(context, f"unregistration of shared memory region '{request.name or '*'}'", run)
 
-    # CUDA shared memory: nothing is ever registered; registration is refused.
     async def CudaSharedMemoryStatus(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
-            if request.name:
-                raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
-            return service_pb2.CudaSharedMemoryStatusResponse()
+            response = service_pb2.CudaSharedMemoryStatusResponse()
+            for region in self.server.shared_memory.status(request.name, CUDA):
+                response.regions[region["name"]].CopyFrom(
+                    service_pb2.CudaSharedMemoryStatusResponse.RegionStatus(**region)
+                )
+            return response
 
         return await _answer(context, "CUDA shared memory status", run)
 
     async def CudaSharedMemoryRegister(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
-            self.server.shared_memory.check_allowed()
-            raise Unsupported(CUDA_UNSUPPORTED if gpu_count() else CUDA_NO_GPU)
+            self.server.shared_memory.register_cuda(
+                request.name, request.raw_handle, request.device_id, request.byte_size
+            )
+            return service_pb2.CudaSharedMemoryRegisterResponse()
 
         return await _answer(context, f"registration of CUDA shared memory region '{request.name}'", run)
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
-            self.server.shared_memory.check_allowed()
+            self.server.shared_memory.unregister(request.name, CUDA)
             return service_pb2.CudaSharedMemoryUnregisterResponse()
 
-        return await _answer(context, "CUDA shared memory unregistration", run)
+        return await _answer(
+            context, f"unregistration of CUDA shared memory region '{request.name or '*'}'", run
+        )
 
     async def TraceSetting(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:

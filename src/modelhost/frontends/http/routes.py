@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import TypeVar, cast
+from typing import TypeVar
 from urllib.parse import unquote
 
 import orjson
 
-from modelhost.devices import gpu_count
+from modelhost.cuda_runtime import IPC_HANDLE_SIZE
 from modelhost.errors import (
     InternalError,
     InvalidArgument,
     ModelhostError,
-    NotFound,
-    Unsupported,
     request_failure_level,
 )
 from modelhost.frontends.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
@@ -39,7 +39,7 @@ from modelhost.frontends.http.infer_codec import (
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
 from modelhost.model import LoadedModel
 from modelhost.server import Server
-from modelhost.shared_memory import CUDA_NO_GPU, CUDA_UNSUPPORTED, Lease
+from modelhost.shared_memory import CUDA, Lease
 from modelhost.types import InferenceRequest, InferenceResponse, Parameters
 
 log = logging.getLogger("modelhost.http")
@@ -263,42 +263,34 @@ class HttpRoutes:
         return self._trace_settings(request, name)
 
     def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
-        """The system_shared_memory extension; CUDA shared memory has nothing registered and refuses registration."""
+        """The system_shared_memory and cuda_shared_memory extensions."""
         if request.method != ("GET" if action == "status" else "POST"):
             return _method_not_allowed()
         registry = self.server.shared_memory
-        if kind == "cuda":
-            if action != "status":
-                registry.check_allowed()
-            if action == "register":
-                raise Unsupported(CUDA_UNSUPPORTED if gpu_count() else CUDA_NO_GPU)
-            if action == "status" and region:
-                raise NotFound(f"Unable to find cuda shared memory region: '{region}'")
-            return _json([]) if action == "status" else _ok()
         if action == "status":
-            return _json(registry.status(region))
+            return _json(registry.status(region, kind))
         if action == "unregister":
-            registry.unregister(region)
+            registry.unregister(region, kind)
             return _ok()
         registry.check_allowed()
         if not region:
-            raise InvalidArgument("'region name' is necessary to register system shared memory region")
+            raise InvalidArgument(f"'region name' is necessary to register {kind} shared memory region")
+        if kind == CUDA:
+            registry.cuda_ipc()  # without a GPU: 501 with the reason, whatever the body
+            handle, device_id, byte_size = _cuda_register_body(
+                self._json_object(request, "shared memory register request")
+            )
+            registry.register_cuda(region, handle, device_id, byte_size)
+            return _ok()
         doc = self._json_object(request, "shared memory register request")
         key = doc.get("key")
         if key is None:
             raise InvalidArgument("Shared memory register request has no 'key' field")
         if not isinstance(key, str):
             raise InvalidArgument("Unable to parse 'key': attempt to access JSON non-string as string")
-        byte_size = doc.get("byte_size")
-        if byte_size is None:
+        if doc.get("byte_size") is None:
             raise InvalidArgument("Shared memory register request has no 'byte_size' field")
-        offset = doc.get("offset", 0)
-        for field, value in (("offset", offset), ("byte_size", byte_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-                raise InvalidArgument(
-                    f"Unable to parse '{field}': attempt to access JSON non-unsigned-integer as unsigned-integer"
-                )
-        registry.register(region, key, cast(int, offset), cast(int, byte_size))
+        registry.register(region, key, _unsigned(doc, "offset", 0), _unsigned(doc, "byte_size"))
         return _ok()
 
     def _trace_settings(self, request: HttpRequest, model: str = "") -> HttpResponse:
@@ -504,3 +496,45 @@ async def _events(
                 yield sse_error_event(str(e))
     finally:
         await answers.aclose()  # the client went away: the request is cancelled
+
+
+def _unsigned(doc: dict[str, object], field: str, default: int | None = None) -> int:
+    """A uint64 member of a JSON request (absent: `default`, or Triton's error)."""
+    value = doc.get(field, default)
+    if value is None:
+        raise InvalidArgument(
+            f"Unable to parse '{field}': attempt to access non-existing object member '{field}'"
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise InvalidArgument(
+            f"Unable to parse '{field}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        )
+    return value
+
+
+def _cuda_register_body(doc: dict[str, object]) -> tuple[bytes, int, int]:
+    """The raw IPC handle, device id and byte size of a CUDA register request:
+    `{"raw_handle": {"b64": "<base64 of the 64 handle bytes>"}, "device_id": 0, "byte_size": N}`."""
+    raw = doc.get("raw_handle")
+    if raw is None:
+        raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
+    if not isinstance(raw, dict):
+        raise InvalidArgument(
+            "Unable to parse 'raw_handle': attempt to access non-existing object member 'b64'"
+        )
+    b64 = raw.get("b64")
+    if b64 is None:
+        raise InvalidArgument(
+            "Unable to parse 'raw_handle': attempt to access non-existing object member 'b64'"
+        )
+    if not isinstance(b64, str):
+        raise InvalidArgument("Unable to parse 'b64': attempt to access JSON non-string as string")
+    byte_size = _unsigned(doc, "byte_size")
+    device_id = _unsigned(doc, "device_id")
+    try:
+        handle = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        handle = b""
+    if len(handle) != IPC_HANDLE_SIZE:
+        raise InvalidArgument("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+    return handle, device_id, byte_size
