@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from modelhost.backends.api import Arrays, BackendContext
+from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
 from modelhost.backends.python.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
 from modelhost.config import config_to_json
@@ -36,6 +37,7 @@ from modelhost.errors import (
     Cancelled,
     InternalError,
     InvalidArgument,
+    ModelConfigError,
     ModelhostError,
     NotFound,
     OutOfMemory,
@@ -223,6 +225,22 @@ def exchange(
             sock.settimeout(None)
 
 
+def input_device(config: Any, kind: str, device_id: int) -> int | None:
+    """The CUDA device the model is given its inputs on, or None for host memory: `FORCE_CPU_ONLY_INPUT_TENSORS`
+    "yes" (the default) keeps every input on the host; "no" lets them be on a GPU, as Triton does. Triton then gives
+    each input where it last was; modelhost keeps tensors between models in host memory, so "no" gives them on the
+    instance's GPU for a KIND_GPU instance, and on the host otherwise (docs/python-backend.md)."""
+    value = param(config, "FORCE_CPU_ONLY_INPUT_TENSORS")
+    if value is None or value == "yes":
+        return None
+    if value != "no":
+        raise ModelConfigError(
+            f"unable to load model '{config.name}': Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: '{value}' "
+            "(it can be 'yes' or 'no')"
+        )
+    return device_id if kind == "KIND_GPU" else None
+
+
 class PythonInstance:
     # Jobs sent to the stub at once: it runs them one after the other (execute is never entered twice), and
     # the second is already in its socket when the first ends, instead of a round trip through the server.
@@ -237,7 +255,8 @@ class PythonInstance:
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
         self.outputs: dict[str, TensorSpec] = output_specs(ctx.config)
         self.max_batch_size = int(ctx.config.max_batch_size)
-        kind = group.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[group.kind].name
+        kind = group_kind(group)
+        self.input_device = input_device(ctx.config, kind, device_id)
         self.args = {
             "model_config": json.dumps(config_to_json(ctx.config)),
             "model_instance_kind": kind.removeprefix("KIND_"),
@@ -280,7 +299,13 @@ class PythonInstance:
             reply = exchange(
                 stub.sock,
                 stub.process,
-                {"op": "init", "args": self.args, "model_file": self.model_file, "decoupled": self.decoupled},
+                {
+                    "op": "init",
+                    "args": self.args,
+                    "model_file": self.model_file,
+                    "decoupled": self.decoupled,
+                    "input_device": self.input_device,
+                },
                 "init_done",
                 settings.stub_timeout_seconds,
                 f"model instance '{self.name}' of model '{self.model_name}'",

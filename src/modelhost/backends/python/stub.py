@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
-from modelhost.backends.python import pb_utils
+from modelhost.backends.python import gpu_tensors, pb_utils
 from modelhost.backends.python.ipc import (
     Arena,
     BlockingChannel,
@@ -68,15 +68,16 @@ def error_text(error: BaseException) -> str:
 class _ResponseStream:
     """The responses of a decoupled BLS request, as they arrive; iterating ends after the final one."""
 
-    def __init__(self, stub: Stub, bls_id: int) -> None:
+    def __init__(self, stub: Stub, bls_id: int, device: int | None) -> None:
         self._stub = stub
         self._id = bls_id
+        self._device = device  # where its outputs go (a GPU the request preferred), or None
         self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
 
     def __iter__(self) -> Iterator[pb_utils.InferenceResponse]:
         while True:
             reply = self._next_reply()
-            response = self._stub.response_from_reply(reply)
+            response = self._stub.response_from_reply(reply, self._device)
             if reply.get("outputs") or reply.get("error"):
                 yield response
             if reply.get("final", True):
@@ -104,6 +105,8 @@ class Stub:
         self.model_name = ""
         self.instance_name = ""
         self.decoupled = False
+        # The CUDA device inputs are given on (FORCE_CPU_ONLY_INPUT_TENSORS "no" on a KIND_GPU instance), or None.
+        self.input_device: int | None = None
         self._ids = itertools.count(1)
         self._waiting: dict[int, concurrent.futures.Future[dict[str, Any]] | _ResponseStream] = {}
         self._async_waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[dict[str, Any]]]] = {}
@@ -223,6 +226,10 @@ class Stub:
             self.model_name = message["args"]["model_name"]
             self.instance_name = message["args"]["model_instance_name"]
             self.decoupled = message["decoupled"]
+            self.input_device = message.get("input_device")
+            if self.input_device is not None:
+                # Without torch or CuPy, the load fails here, not every request later.
+                pb_utils._gpu(gpu_tensors.framework)
             pb_utils._set_model_dir(str(Path(message["model_file"]).parent))
             module = self._import(message["model_file"])
             self.model = module.TritonPythonModel()
@@ -304,10 +311,12 @@ class Stub:
     # -- execute -----------------------------------------------------------------------------------------------
 
     def on_execute(self, message: dict[str, Any]) -> None:
-        requests = [self._request(r) for r in message["requests"]]
         keys = [r["key"] for r in message["requests"]]
         reply: dict[str, Any] = {"op": "executed", "id": message["id"], "error": None, "responses": None}
+        executed = False
         try:
+            requests = [self._request(r) for r in message["requests"]]  # inputs onto a GPU can fail
+            executed = True
             returned = self._call(self.model.execute, requests)
             if not self.decoupled:
                 reply["responses"] = self._responses(requests, keys, returned)
@@ -319,14 +328,21 @@ class Stub:
             for key in keys:
                 self._sent.pop(key, None)
                 self._cancelled.discard(key)
-                if not self.decoupled:
+                # A decoupled model's inputs last until its final response.
+                if not self.decoupled or not executed:
                     self._release_inputs(key)
         self.channel_send(reply)
 
     def _request(self, data: dict[str, Any]) -> pb_utils.InferenceRequest:
         refs = as_refs(data["inputs"])
         self._inputs[data["key"]] = refs
-        tensors = [pb_utils.Tensor(ref.name, view_tensor(self.segments, ref)) for ref in refs]
+        if self.input_device is None:
+            tensors = [pb_utils.Tensor(ref.name, view_tensor(self.segments, ref)) for ref in refs]
+        else:
+            device = self.input_device
+            tensors = [
+                pb_utils.Tensor._to_gpu(ref.name, view_tensor(self.segments, ref), device) for ref in refs
+            ]
         return pb_utils.InferenceRequest._from_server(
             key=data["key"],
             model_name=self.model_name,
@@ -381,7 +397,7 @@ class Stub:
         outputs = (
             []
             if error is not None
-            else [put_tensor(self.arena, t.name(), t.as_numpy()) for t in response.output_tensors()]
+            else [put_tensor(self.arena, t.name(), t._host_array()) for t in response.output_tensors()]
         )
         return {
             "outputs": outputs,
@@ -411,7 +427,7 @@ class Stub:
     def _bls_message(
         self, request: pb_utils.InferenceRequest, decoupled: bool, timeout_us: int
     ) -> dict[str, Any]:
-        inputs = [put_tensor(self.arena, t.name(), t.as_numpy()) for t in request.inputs()]
+        inputs = [put_tensor(self.arena, t.name(), t._host_array()) for t in request.inputs()]
         version = request.model_version()
         return {
             "op": "bls",
@@ -429,51 +445,65 @@ class Stub:
 
     def exec_bls(self, request: pb_utils.InferenceRequest, decoupled: bool, timeout_us: int) -> Any:
         message = self._bls_message(request, decoupled, timeout_us)
+        device = _preferred_gpu(request)
         if decoupled:
             waiter_id = next(self._ids)
-            stream = _ResponseStream(self, waiter_id)
+            stream = _ResponseStream(self, waiter_id, device)
             self._waiting[waiter_id] = stream
             self.channel_send({**message, "id": waiter_id})
             return pb_utils.ResponseIterator(iter(stream), stream.cancel)
-        return self.response_from_reply(self.request(message))
+        return self.response_from_reply(self.request(message), device)
 
     def async_exec_bls(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Awaitable[Any]:
         message = self._bls_message(request, decoupled, 0)
+        device = _preferred_gpu(request)
         loop = asyncio.get_running_loop()
         waiter_id = next(self._ids)
         if decoupled:
-            return self._async_stream(loop, waiter_id, message)
+            return self._async_stream(loop, waiter_id, message, device)
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._async_waiting[waiter_id] = (loop, future)
         self.channel_send({**message, "id": waiter_id})
-        return self._async_response(future)
+        return self._async_response(future, device)
 
-    async def _async_response(self, future: asyncio.Future[dict[str, Any]]) -> pb_utils.InferenceResponse:
-        return self.response_from_reply(await future)
+    async def _async_response(
+        self, future: asyncio.Future[dict[str, Any]], device: int | None
+    ) -> pb_utils.InferenceResponse:
+        return self.response_from_reply(await future, device)
 
     async def _async_stream(
-        self, loop: asyncio.AbstractEventLoop, waiter_id: int, message: dict[str, Any]
+        self, loop: asyncio.AbstractEventLoop, waiter_id: int, message: dict[str, Any], device: int | None
     ) -> pb_utils.ResponseIterator:
         """As Triton: `await request.async_exec(decoupled=True)` gives an iterator to loop over with `for`; it
         resolves once the last response is in, the model's event loop serving other coroutines meanwhile."""
-        stream = _ResponseStream(self, waiter_id)
+        stream = _ResponseStream(self, waiter_id, device)
         self._waiting[waiter_id] = stream
         self.channel_send({**message, "id": waiter_id})
         responses: list[pb_utils.InferenceResponse] = []
         while True:
             reply = await loop.run_in_executor(None, stream.queue.get)
-            response = self.response_from_reply(reply)  # also frees what the reply carries
+            response = self.response_from_reply(reply, device)  # also frees what the reply carries
             if reply.get("outputs") or reply.get("error"):
                 responses.append(response)
             if reply.get("final", True):
                 return pb_utils.ResponseIterator(responses, stream.cancel)
 
-    def response_from_reply(self, reply: dict[str, Any]) -> pb_utils.InferenceResponse:
-        """A BLS answer as the model sees it: outputs copied out of the server's memory, errors not raised."""
+    def response_from_reply(
+        self, reply: dict[str, Any], device: int | None = None
+    ) -> pb_utils.InferenceResponse:
+        """A BLS answer as the model sees it: outputs copied out of the server's memory (onto CUDA device `device`
+        where the request preferred GPU memory), errors not raised."""
         tensors = []
-        for ref in as_refs(reply.get("outputs")):
-            tensors.append(pb_utils.Tensor(ref.name, view_tensor(self.segments, ref).copy()))
-            self.release_server_block(ref.segment, ref.offset)
+        try:
+            for ref in as_refs(reply.get("outputs")):
+                view = view_tensor(self.segments, ref)
+                if device is None:
+                    tensors.append(pb_utils.Tensor(ref.name, view.copy()))
+                else:
+                    tensors.append(pb_utils.Tensor._to_gpu(ref.name, view, device))
+        finally:
+            for ref in as_refs(reply.get("outputs")):
+                self.release_server_block(ref.segment, ref.offset)
         error = reply.get("error")
         if error is not None:
             message, code = error
@@ -504,6 +534,14 @@ class Stub:
         if reply.get("error"):
             raise pb_utils.TritonModelException(reply["error"])
         return reply.get("result")
+
+
+def _preferred_gpu(request: pb_utils.InferenceRequest) -> int | None:
+    """The CUDA device a BLS request wants its outputs on, or None for host memory."""
+    preferred = request._preferred_memory()
+    if preferred.preferred_memory_type == pb_utils.MemoryType.TRITONSERVER_MEMORY_GPU:
+        return preferred.preferred_device_id
+    return None
 
 
 def _resolve(future: asyncio.Future[dict[str, Any]], message: dict[str, Any]) -> None:
