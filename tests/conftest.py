@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from modelhost.devices import gpu_count
+
+# Set by scripts/gpu_check.sh: on the GPU machine a test marked `gpu` must run, never be skipped for want of one.
+REQUIRE_GPU = os.environ.get("MODELHOST_REQUIRE_GPU") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` are skipped where no NVIDIA GPU is visible (one reason, one place)."""
+    if gpu_count() > 0:
+        return
+    if REQUIRE_GPU and any(item.get_closest_marker("gpu") for item in items):
+        pytest.exit(
+            "MODELHOST_REQUIRE_GPU=1, and this host shows no NVIDIA GPU (modelhost.devices.gpu_count)", 3
+        )
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU, and none is visible")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
 
 
 @pytest.fixture

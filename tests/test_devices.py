@@ -1,8 +1,11 @@
-"""How many cores the server counts: the affinity mask capped by the cgroup's CPU quota (a container's limit)."""
+"""How many cores the server counts: the affinity mask capped by the cgroup's CPU quota (a container's limit); and
+how many GPUs: the driver's /proc entries, else nvidia-smi's list, narrowed by CUDA_VISIBLE_DEVICES."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,3 +54,35 @@ def test_cpu_count_is_capped_by_the_quota_rounded_up(monkeypatch: pytest.MonkeyP
     assert cpu_count() == 1
     monkeypatch.setattr(devices, "cgroup_cpu_quota", lambda: None)
     assert cpu_count() == 64
+
+
+def test_gpus_are_counted_from_the_drivers_proc_entries(tmp_path: Path) -> None:
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    for bus in ("0000:17:00.0", "0000:65:00.0"):
+        (gpus / bus).mkdir()
+    assert devices.proc_gpus(gpus) == 2
+    assert devices.proc_gpus(tmp_path / "no-driver") is None
+
+
+def test_without_proc_entries_nvidia_smi_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    listed = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-2)\n"
+
+    def run(command: list[str], **kwargs: Any) -> Any:
+        assert command == ["nvidia-smi", "-L"]
+        return subprocess.CompletedProcess(command, 0, listed, "")
+
+    monkeypatch.setattr(devices, "proc_gpus", lambda: None)
+    monkeypatch.setattr(devices.subprocess, "run", run)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert devices.gpu_count.__wrapped__() == 1  # two listed, one visible
+
+
+def test_without_a_driver_there_is_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run(command: list[str], **kwargs: Any) -> Any:
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(devices, "proc_gpus", lambda: None)
+    monkeypatch.setattr(devices.subprocess, "run", run)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert devices.gpu_count.__wrapped__() == 0

@@ -4,6 +4,7 @@ checks that need one, and the CPU-only server run."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import subprocess
@@ -33,6 +34,8 @@ from modelhost.gpu_memory import (
     startup_notes,
 )
 from modelhost.options import ServerOptions
+from modelhost.registry import LoadSettings, ModelRegistry
+from modelhost.repository.sources import open_repository
 
 GIB = 1 << 30
 
@@ -222,17 +225,23 @@ def test_a_gpu_instance_gets_its_limits_and_is_checked_once_created(
 def test_a_gpu_instance_over_the_limit_fails_and_releases_its_session(
     tmp_path: Path, fake_sessions: list[weakref.ref[FakeSession]], gpu_reading: dict[int, GpuUsage | None]
 ) -> None:
-    ctx = gpu_context(tmp_path, GpuMemory(load_limits={0: 0.5}))
+    # The server checks after any backend's KIND_GPU instance is created (as tritonserver does), and closes it.
+    (tmp_path / "repo" / "m" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "m" / "1" / "model.onnx").write_bytes(b"")  # the fake session never reads it
+    (tmp_path / "repo" / "m" / "config.pbtxt").write_text(GPU_CONFIG)
+    settings = LoadSettings(auto_complete=False, gpu_count=1, gpu_memory=GpuMemory(load_limits={0: 0.5}))
+    registry = ModelRegistry([open_repository(str(tmp_path / "repo"))], settings)
     gpu_reading[0] = GpuUsage(used=6, total=10)
-    with pytest.raises(
-        Unavailable, match="can not create model 'm_0_0': memory limit set for GPU 0"
-    ) as raised:
-        ort_backend.OnnxRuntimeBackend().load_instance(ctx, ctx.config.instance_group[0], 0, 0)
-    gc.collect()
-    # Freed even while the error (and the frames in its traceback) lives on, as it does in the registry: the
-    # GPU memory of a refused instance is not held until the failure is forgotten.
-    assert [ref() for ref in fake_sessions] == [None]
-    assert raised.traceback
+    try:
+        asyncio.run(registry.start())
+        [entry] = registry.index()
+        assert entry["state"] == "UNAVAILABLE"
+        assert "can not create model 'm_0_0': memory limit set for GPU 0 has exceeded" in str(entry["reason"])
+        gc.collect()
+        # The refused instance's session is freed: its GPU memory is not held until the failure is forgotten.
+        assert [ref() for ref in fake_sessions] == [None]
+    finally:
+        registry.close()
 
 
 def test_a_cpu_instance_is_never_checked(

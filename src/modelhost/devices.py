@@ -5,22 +5,41 @@ from __future__ import annotations
 import functools
 import math
 import os
+import subprocess
 from pathlib import Path
 
 
 @functools.cache
 def gpu_count() -> int:
-    """NVIDIA GPUs visible to this process (the driver's /proc entries, narrowed by CUDA_VISIBLE_DEVICES)."""
-    gpus_dir = Path("/proc/driver/nvidia/gpus")
-    try:
-        present = len(list(gpus_dir.iterdir()))
-    except OSError:
-        present = 0
+    """NVIDIA GPUs visible to this process: the driver's /proc entries or, where a sandbox does not show them
+    (gVisor), the GPUs `nvidia-smi -L` lists; narrowed by CUDA_VISIBLE_DEVICES."""
+    present = proc_gpus()
+    if present is None:
+        present = nvidia_smi_gpus()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         listed = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
         present = min(present, len(listed))
     return present
+
+
+def proc_gpus(directory: Path = Path("/proc/driver/nvidia/gpus")) -> int | None:
+    """The GPUs the NVIDIA driver lists in /proc, or None where there is no such folder."""
+    try:
+        return len(list(directory.iterdir()))
+    except OSError:
+        return None
+
+
+def nvidia_smi_gpus() -> int:
+    """The GPUs `nvidia-smi -L` lists (0 without nvidia-smi, or when it fails)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    if done.returncode != 0:
+        return 0
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
 
 
 def cpu_count() -> int:

@@ -1,10 +1,11 @@
-"""tritonserver's memory flags, mapped onto what ONNX Runtime can limit.
+"""tritonserver's memory flags, mapped onto what ONNX Runtime can limit and what the server checks itself.
 
 tritonserver sizes memory pools of its own with these flags; modelhost has no such pools, so:
 
     --cuda-memory-pool-byte-size=<gpu>:<bytes>   ONNX Runtime's CUDA provider option `gpu_mem_limit` for every
                                                  instance on that GPU (0, tritonserver's "no pool", sets no limit);
-    --model-load-gpu-limit=<gpu>:<fraction>      once a KIND_GPU instance is created on that GPU, the GPU's memory
+    --model-load-gpu-limit=<gpu>:<fraction>      once a KIND_GPU instance of any backend is created on that GPU,
+                                                 the GPU's memory
                                                  in use (read through NVML) must be at most that fraction of its
                                                  total, or the instance fails to load. tritonserver checks after
                                                  creating the instance too, so that its own memory counts.

@@ -44,7 +44,7 @@ from modelhost.errors import (
     OutOfMemory,
     Unavailable,
 )
-from modelhost.gpu_memory import GpuMemory
+from modelhost.gpu_memory import GpuMemory, check_load_limit
 from modelhost.memory import release_free_memory
 from modelhost.model import LoadedModel
 from modelhost.model_memory import Footprint, files_size, is_out_of_memory, sample
@@ -909,6 +909,10 @@ class ModelRegistry:
         try:
             for group, index, device in plan:
                 instances.append(backend.load_instance(ctx, group, index, device))
+                if group.kind == group.KIND_GPU:
+                    # After the instance exists, as tritonserver checks (for every backend): its own memory
+                    # counts against --model-load-gpu-limit.
+                    check_load_limit(self.settings.gpu_memory, f"{group.name}_{index}", device)
             run_warmup(config, model_dir, instances)  # before READY, as in Triton
             limiter = self.settings.rate_limiter
             needs = [needs_of(group, device) for group, _, device in plan] if limiter is not None else None

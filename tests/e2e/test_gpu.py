@@ -1,4 +1,5 @@
-"""KIND_GPU instances through ONNX Runtime's CUDA provider: run only where a GPU and onnxruntime-gpu are present."""
+"""KIND_GPU instances through ONNX Runtime's CUDA provider: run only where a GPU and onnxruntime-gpu are present
+(the GPU check machine has the CPU build of onnxruntime: there they are skipped, and said so)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import tritonclient.http as httpclient
 
 from e2e.models import add_identity
 from e2e.server_process import running_server
-from modelhost.devices import gpu_count
 
-pytestmark = pytest.mark.skipif(
-    gpu_count() == 0 or "CUDAExecutionProvider" not in ort.get_available_providers(),
-    reason="needs a GPU and onnxruntime-gpu",
-)
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        "CUDAExecutionProvider" not in ort.get_available_providers(),
+        reason="needs onnxruntime with CUDA (onnxruntime-gpu), and this onnxruntime has none",
+    ),
+]
 
 
 def test_gpu_instance_serves(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import onnxruntime as ort
 import pytest
@@ -21,8 +21,15 @@ from modelhost.devices import gpu_count
 from modelhost.gpu_memory import GpuMemory
 
 HAS_GPU = gpu_count() > 0
-HAS_CUDA_PROVIDER = HAS_GPU and "CUDAExecutionProvider" in ort.get_available_providers()
-needs_gpu = pytest.mark.skipif(not HAS_CUDA_PROVIDER, reason="needs a GPU and onnxruntime-gpu")
+_NO_ORT_CUDA = "needs onnxruntime with CUDA (onnxruntime-gpu), and this onnxruntime has none"
+T = TypeVar("T")
+
+
+def needs_gpu(test: T) -> T:
+    """ONNX Runtime on a GPU: the gpu marker, and onnxruntime with CUDA (the GPU check machine has its CPU build)."""
+    no_cuda = "CUDAExecutionProvider" not in ort.get_available_providers()
+    return pytest.mark.skipif(no_cuda, reason=_NO_ORT_CUDA)(pytest.mark.gpu(test))
+
 
 MEMORY_FLAGS = (
     "--cuda-memory-pool-byte-size=0:1000",

@@ -1,7 +1,7 @@
 """The GPU executor's own logic (buffers sized for the profiles, shapes set, addresses bound, outputs copied back,
 data-dependent outputs through an output allocator, cleanup) on a fake TensorRT engine and a fake CUDA runtime
 whose "device memory" is host memory, so that the copies really move bytes. The real GPU path is run by
-gpu_smoke.py on a machine with a GPU."""
+test_trt_gpu.py (marked `gpu`) on a machine with a GPU."""
 
 from __future__ import annotations
 

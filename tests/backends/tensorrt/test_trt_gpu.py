@@ -1,32 +1,25 @@
-"""GPU smoke test of the TensorRT backend, for a machine with an NVIDIA GPU and `pip install 'modelhost[tensorrt]'`.
-
-Builds a plan from a small ONNX model with modelhost's converter (`--write-config` into a Triton layout), serves
-it with `python -m modelhost serve`, and checks the answers that tritonclient gets (HTTP and gRPC) against
-onnxruntime's on the same model, plus a batch outside the profile. Self-contained; not collected by pytest (no
-test_ prefix):
-
-    python tests/backends/tensorrt/gpu_smoke.py [--keep DIR]
-
-Exits 0 and prints "gpu smoke: OK" when everything holds.
-"""
+"""The TensorRT backend on a GPU (marked `gpu`; needs `pip install 'modelhost[tensorrt]'` there too): a plan built
+from a small ONNX model with modelhost's converter (`--write-config` into a Triton layout), served by the real
+server, and tritonclient's answers (HTTP and gRPC) checked against onnxruntime's on the same model, plus a batch
+outside the profile."""
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper, save
+from tritonclient.utils import InferenceServerException
+
+from e2e.server_process import running_server
+
+pytestmark = pytest.mark.gpu
 
 MODEL = "smoke"
 MAX_BATCH = 8
@@ -58,14 +51,6 @@ def make_onnx(path: Path) -> None:
     save(model, str(path))
 
 
-def free_ports(count: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-
-
 def convert(onnx: Path, repo: Path) -> None:
     command = [
         sys.executable, "-m", "modelhost.backends.tensorrt.convert",
@@ -74,27 +59,11 @@ def convert(onnx: Path, repo: Path) -> None:
         "--min-shapes", "x:1x4", "--opt-shapes", "x:4x4", "--max-shapes", f"x:{MAX_BATCH}x4",
         "--write-config",
     ]  # fmt: skip
-    print("$", " ".join(command), flush=True)
-    done = subprocess.run(command, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"the conversion failed (exit status {done.returncode}); see its message above")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"the conversion failed:\n{done.stdout}{done.stderr}"
     config = (repo / MODEL / "config.pbtxt").read_text()
-    print(config)
     assert f"max_batch_size: {MAX_BATCH}" in config, config
     assert 'platform: "tensorrt_plan"' in config, config
-
-
-def wait_ready(server: subprocess.Popen[bytes], http_port: int, timeout_s: float = 180) -> None:
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited with status {server.returncode} before the model was ready")
-        with contextlib.suppress(Exception):
-            if client.is_model_ready(MODEL):
-                return
-        time.sleep(0.5)
-    raise SystemExit(f"model '{MODEL}' was not ready after {timeout_s} s")
 
 
 def check_answers(onnx: Path, http_port: int, grpc_port: int) -> None:
@@ -121,49 +90,14 @@ def check_answers(onnx: Path, http_port: int, grpc_port: int) -> None:
 
     too_big = grpcclient.InferInput("x", [MAX_BATCH + 1, 4], "FP32")
     too_big.set_data_from_numpy(np.zeros((MAX_BATCH + 1, 4), dtype=np.float32))
-    try:
+    with pytest.raises(InferenceServerException):
         grpc.infer(MODEL, [too_big])
-    except Exception as e:  # InferenceServerException
-        print(f"a batch of {MAX_BATCH + 1} is refused: {e}")
-    else:
-        raise AssertionError(f"a batch of {MAX_BATCH + 1} was accepted")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--keep", type=Path, help="Build the repository here and keep it (default: a temp dir)."
-    )
-    args = parser.parse_args()
-    work = args.keep or Path(tempfile.mkdtemp(prefix="modelhost-trt-smoke-"))
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        onnx, repo = work / "smoke.onnx", work / "repo"
-        make_onnx(onnx)
-        convert(onnx, repo)
-        http_port, grpc_port, metrics_port = free_ports(3)
-        command = [
-            sys.executable, "-m", "modelhost", "serve", "--model-repository", str(repo),
-            "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-        ]  # fmt: skip
-        print("$", " ".join(command), flush=True)
-        server = subprocess.Popen(command)
-        try:
-            wait_ready(server, http_port)
-            check_answers(onnx, http_port, grpc_port)
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-    finally:
-        if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
-    print("gpu smoke: OK")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def test_a_plan_built_here_answers_as_the_onnx_model(tmp_path: Path) -> None:
+    pytest.importorskip("tensorrt", reason="needs the tensorrt extra (pip install 'modelhost[tensorrt]')")
+    onnx, repo = tmp_path / "smoke.onnx", tmp_path / "repo"
+    make_onnx(onnx)
+    convert(onnx, repo)
+    with running_server([repo], tmp_path / "server.log") as server:
+        check_answers(onnx, server.http_port, server.grpc_port)

@@ -19,7 +19,7 @@ from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx
 from modelhost.backends.params import int_param, param
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import BackendInvalidArgument, InternalError, InvalidArgument, ModelConfigError
-from modelhost.gpu_memory import check_load_limit, cuda_provider_options
+from modelhost.gpu_memory import cuda_provider_options
 
 
 def _int_setting(ctx: BackendContext, key: str) -> int | None:
@@ -203,11 +203,4 @@ class OnnxRuntimeBackend:
         _check_io(ctx, session)
         instance = OnnxRuntimeInstance(f"{group.name}_{index}", ctx.model_name, session)
         del session  # the instance holds it alone, so closing the instance releases its memory
-        if kind == "KIND_GPU":
-            try:
-                # After the session exists, as tritonserver checks: its own memory counts against the limit.
-                check_load_limit(ctx.gpu_memory, instance.name, device_id)
-            except BaseException:
-                instance.close()
-                raise
         return instance
