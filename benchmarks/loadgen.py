@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import shutil
 import struct
@@ -89,6 +90,16 @@ def require_tools(protocols: list[str]) -> None:
         )
 
 
+def _tool(name: str) -> str:
+    """The load generator's path: from PATH, where scripts/gpu_check.sh puts binaries it carries."""
+    return shutil.which(name) or name
+
+
+def _tool_env() -> dict[str, str]:
+    """What the load generators need of this environment: the libraries carried with them (LD_LIBRARY_PATH)."""
+    return {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
+
+
 def run_wrk(
     url: str, body_file: Path, header_len: int | None, concurrency: int, duration: int, threads: int
 ) -> RunResult:
@@ -97,10 +108,11 @@ def run_wrk(
         "BENCH_CONTENT_TYPE": "application/octet-stream" if header_len is not None else "application/json",
         "BENCH_HEADER_LEN": "" if header_len is None else str(header_len),
         "PATH": "/usr/bin:/bin:/usr/local/bin",
+        **_tool_env(),
     }
     threads = max(1, min(threads, concurrency))
     cmd = [
-        "wrk",
+        _tool("wrk"),
         f"-t{threads}",
         f"-c{concurrency}",
         f"-d{duration}s",
@@ -142,14 +154,20 @@ def _split(concurrency: int, connections: int) -> tuple[int, int]:
 
 
 def run_h2load(
-    target: str, frame_file: Path, response_frame_size: int, concurrency: int, duration: int, connections: int
+    target: str,
+    frame_file: Path,
+    response_frame_size: int,
+    concurrency: int,
+    duration: int,
+    connections: int,
+    threads: int = 1,
 ) -> RunResult:
     conns, streams = _split(concurrency, connections)
     with tempfile.TemporaryDirectory(prefix="h2load-") as tmp:
         log = Path(tmp) / "requests.log"
         cmd = [
-            "h2load",
-            "-t1",
+            _tool("h2load"),
+            f"-t{max(1, min(threads, conns))}",
             f"-c{conns}",
             f"-m{streams}",
             "-D",
