@@ -99,7 +99,7 @@ def metric_items() -> list[Item]:
     items = []
     for name in TRITON_METRIC_FAMILIES:
         if name in exported:
-            items.append(Item(name, State.SUPPORTED, _metric_condition(name)))
+            items.append(METRIC_NOTES.get(name, Item(name, State.SUPPORTED, _metric_condition(name))))
         else:
             items.append(METRIC_NOTES.get(name, Item(name, State.NOT_YET)))
     for name in exported:
@@ -196,7 +196,9 @@ def markdown(flags: Sequence[Any], sections: Sequence[str]) -> str:
         "# Compatibility with Triton Inference Server",
         "",
         "What of Triton Inference Server 2.51 modelhost serves, item by item: **supported**, **partly** (what is",
-        "missing is said), **not yet**, or **not planned** (and why). This page is written from the code",
+        "missing is said), **written, not yet run on a GPU** (code and tests that need a GPU, which",
+        "`scripts/gpu_check.sh` runs on one; without a GPU the item answers as its note says), **not yet**, or",
+        "**not planned** (and why). This page is written from the code",
         "(`modelhost compatibility > docs/compatibility.md`) and `tests/e2e/test_compatibility.py` checks it",
         "against a running server: every endpoint and gRPC method is called, and the flags, extensions, metric",
         "families, config fields and python backend names are compared with what the code has. Where modelhost",

@@ -18,6 +18,9 @@ from typing import Any
 class State(StrEnum):
     SUPPORTED = "supported"
     PARTLY = "partly"
+    # Code and tests that need a GPU, which no GPU machine has run yet (scripts/gpu_check.sh runs them); on a host
+    # without a GPU the item answers as its note says.
+    UNVERIFIED = "written, not yet run on a GPU"
     NOT_YET = "not yet"
     NOT_PLANNED = "not planned"
 
@@ -244,14 +247,14 @@ HTTP_ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "GET /v2/cudasharedmemory[/region/{r}]/status",
         State.SUPPORTED,
-        "lists nothing: no region can be registered",
+        "",
         "shared-memory.md",
         probes=(Probe("GET", "/v2/cudasharedmemory/status", 200),),
     ),
     Endpoint(
         "POST /v2/cudasharedmemory/region/{r}/register",
-        State.NOT_YET,
-        "501 (CUDA IPC handles are not opened)",
+        State.UNVERIFIED,
+        "opens the client's CUDA IPC handle with cuda-bindings; without a GPU: 501 with the reason",
         "shared-memory.md",
         probes=(
             Probe(
@@ -304,8 +307,8 @@ HTTP_ENDPOINTS: tuple[Endpoint, ...] = (
 GRPC_NOT_SERVED: dict[str, Item] = {
     "CudaSharedMemoryRegister": Item(
         "CudaSharedMemoryRegister",
-        State.NOT_YET,
-        "UNIMPLEMENTED (CUDA IPC handles are not opened)",
+        State.UNVERIFIED,
+        "without a GPU: UNIMPLEMENTED with the reason",
         "shared-memory.md",
     ),
 }
@@ -345,8 +348,8 @@ EXTENSION_NOTES: dict[str, Item] = {
     ),
     "cuda_shared_memory": Item(
         "cuda_shared_memory",
-        State.NOT_YET,
-        "status answers; registration is refused (501)",
+        State.UNVERIFIED,
+        "listed with `--allow-client-shm=true` on a host with a GPU and the `cuda` extra",
         "shared-memory.md",
     ),
 }
@@ -400,7 +403,19 @@ TRITON_METRIC_FAMILIES: tuple[str, ...] = (
     "nv_pinned_memory_pool_total_bytes",
     "nv_pinned_memory_pool_used_bytes",
 )
+_GPU_METRIC = "on a GPU host with the `gpu-metrics` extra (NVML)"
 METRIC_NOTES: dict[str, Item] = {
+    **{
+        name: Item(name, State.UNVERIFIED, _GPU_METRIC, "metrics.md")
+        for name in (
+            "nv_gpu_utilization",
+            "nv_gpu_memory_total_bytes",
+            "nv_gpu_memory_used_bytes",
+            "nv_gpu_power_usage",
+            "nv_gpu_power_limit",
+            "nv_energy_consumption",
+        )
+    },
     "nv_cache_hit_summary_per_model": Item("nv_cache_hit_summary_per_model", State.NOT_YET),
     "nv_cache_miss_summary_per_model": Item("nv_cache_miss_summary_per_model", State.NOT_YET),
     "nv_pinned_memory_pool_total_bytes": Item(
@@ -418,8 +433,6 @@ METRIC_CONDITIONS: dict[str, str] = {
     "summary": "`--metrics-config summary_latencies=true`",
     "_per_model": "for models with `response_cache { enable: true }`",
     "nv_cache_": "with `--cache-config`",
-    "nv_gpu_": "on a GPU host with the `gpu-metrics` extra (NVML)",
-    "nv_energy_consumption": "on a GPU host with the `gpu-metrics` extra (NVML)",
 }
 
 
@@ -445,7 +458,15 @@ PYTHON_API: tuple[tuple[Item, str], ...] = (
         "load_model",
     ),
     (Item("`TritonError`, `TritonModelException`", State.SUPPORTED), "TritonModelException"),
-    (Item("GPU tensors", State.NOT_YET, "`is_cpu()` is always true"), ""),
+    (
+        Item(
+            "GPU tensors: DLPack on CUDA, `is_cpu()`, `FORCE_CPU_ONLY_INPUT_TENSORS`, GPU tensors through BLS",
+            State.UNVERIFIED,
+            "tensors cross to the stub process through host memory",
+            "python-backend.md",
+        ),
+        "Tensor.is_cpu",
+    ),
     (
         Item(
             "`set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`",
@@ -530,13 +551,49 @@ FEATURES: tuple[Item, ...] = (
         "tracing.md",
     ),
     Item("System shared memory", State.SUPPORTED, "", "shared-memory.md", flag="allow-client-shm"),
-    Item("CUDA shared memory", State.NOT_YET, "registration answers 501 / UNIMPLEMENTED", "shared-memory.md"),
     Item(
-        "Metrics: counters, summaries, histograms, CPU, GPU, `--metrics-config`",
+        "CUDA shared memory",
+        State.UNVERIFIED,
+        "extra `cuda`; inputs are copied from the device, outputs to it; without a GPU, registration answers "
+        "501 / UNIMPLEMENTED with the reason",
+        "shared-memory.md",
+        test="tests/e2e/test_gpu_cuda_shared_memory.py::test_inputs_and_outputs_in_cuda_shared_memory",
+    ),
+    Item(
+        "Metrics: counters, summaries, histograms, CPU, `--metrics-config`",
         State.SUPPORTED,
         "",
         "metrics.md",
         flag="metrics-config",
+    ),
+    Item(
+        "GPU metrics (`nv_gpu_*`, `nv_energy_consumption`) through NVML",
+        State.UNVERIFIED,
+        "extra `gpu-metrics`; rendered from a stand-in NVML in the tests",
+        "metrics.md",
+        test="tests/e2e/test_gpu_metrics.py::test_gpu_gauges_agree_with_nvidia_smi",
+    ),
+    Item(
+        "PyTorch `KIND_GPU` and `KIND_MODEL` instances on CUDA",
+        State.UNVERIFIED,
+        "",
+        "backends/pytorch.md",
+        test="tests/e2e/test_gpu_pytorch.py::test_kind_gpu_instances_run_on_cuda",
+    ),
+    Item(
+        "GPU memory flags per device (`--cuda-memory-pool-byte-size`, `--model-load-gpu-limit`), a model's GPU "
+        "memory in its statistics",
+        State.UNVERIFIED,
+        "",
+        "model-memory.md",
+        test="tests/e2e/test_gpu_pytorch.py::test_model_load_gpu_limit_refuses_a_load_over_the_limit",
+    ),
+    Item(
+        "ONNX Runtime `KIND_GPU` (CUDA and TensorRT execution providers)",
+        State.UNVERIFIED,
+        "needs `onnxruntime-gpu`, which the GPU check machine does not have either",
+        "configuration.md",
+        test="tests/e2e/test_gpu.py::test_gpu_instance_serves",
     ),
     Item(
         "SageMaker (`/ping`, `/invocations`, multi-model `/models`)",
