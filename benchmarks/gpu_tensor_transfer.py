@@ -73,7 +73,8 @@ def _open_in_child(handles: dict[int, list[bytes]], answer: Any) -> None:
             cuda_runtime.check(
                 rt, rt.cudaMemcpy(target, address, size, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice)
             )
-            cuda_runtime.ipc_close(address)
+            cuda_runtime.check(rt, rt.cudaDeviceSynchronize())  # a device-to-device copy returns at once
+            cuda_runtime.ipc_close(address, 0)
             totals.append(time.perf_counter() - start)
             opens.append(opened - start)
         cuda_runtime.check(rt, rt.cudaFree(target))
@@ -103,11 +104,17 @@ def ipc(sizes: tuple[int, ...], repeats: int) -> dict[int, dict[str, float]]:
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_open_in_child, args=(handles, send))
     child.start()
+    send.close()  # the child's end only: a child that dies closes the pipe, and recv() raises EOFError
     try:
+        if not receive.poll(60):
+            raise TimeoutError("the IPC side did not answer in 60 s")
         timings: dict[int, dict[str, float]] = receive.recv()
     finally:
-        child.join(timeout=60)
-        for address in allocations:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        for address in allocations:  # once no other process maps them
             cuda_runtime.check(rt, rt.cudaFree(address))
     return timings
 

@@ -96,8 +96,9 @@ def _tool(name: str) -> str:
 
 
 def _tool_env() -> dict[str, str]:
-    """What the load generators need of this environment: the libraries carried with them (LD_LIBRARY_PATH)."""
-    return {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
+    """What the load generators need of this environment: the libraries carried with them (LD_LIBRARY_PATH), and
+    the mark scripts/gpu_check.py finds its processes by."""
+    return {k: os.environ[k] for k in ("LD_LIBRARY_PATH", "MODELHOST_GPU_CHECK") if k in os.environ}
 
 
 def run_wrk(

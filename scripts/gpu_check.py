@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,7 +41,7 @@ PINS_SITE = Path("/tmp/modelhost-gpu-check/pins")
 # Imports that must work before anything runs: the server, the python backend's stub, both clients, the tests'.
 PROBE = (
     "import modelhost.app, modelhost.cli, modelhost.backends.python.stub, tritonclient.grpc, tritonclient.http, "
-    "grpc_health.v1.health_pb2, onnx, prometheus_client, requests"
+    "grpc_health.v1.health_pb2, onnx, prometheus_client, requests, pytest"
 )
 # What the machine has, each printed as one JSON value (an error message where it has not).
 ENVIRONMENT = {
@@ -54,16 +55,11 @@ ENVIRONMENT = {
     "tensorrt": "import tensorrt; print(json.dumps(tensorrt.__version__))",
     "modelhost_gpu_count": "from modelhost.devices import gpu_count; print(json.dumps(gpu_count()))",
 }
-# Leftovers to stop at the end: servers, their frontends and stubs, load generators.
 # The many-core runs: 4 s each, so that the six modes fit the budget with the tests (about 200 s in all).
 SCALING = ["benchmarks/many_core.py", "--duration", "4"]
-LEFTOVERS = (
-    "-m modelhost",
-    "modelhost.frontends.process",
-    "modelhost.backends.python.stub",
-    "wrk ",
-    "h2load ",
-)
+# Every process the check starts carries this variable (servers, frontends, stubs, load generators: children
+# inherit it, sessions of their own too); what still carries it at the end is stopped, and nothing else.
+MARK = "MODELHOST_GPU_CHECK"
 
 
 @dataclass
@@ -85,7 +81,7 @@ class Check:
     dry_run: bool = False
     started: float = field(default_factory=time.monotonic)
     steps: list[Step] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    env: dict[str, str] = field(default_factory=lambda: {**os.environ, MARK: uuid.uuid4().hex})
     facts: dict[str, Any] = field(default_factory=dict)
 
     def left(self) -> float:
@@ -273,23 +269,25 @@ def run_benchmarks(check: Check) -> None:
 
 
 def stop_leftovers(check: Check) -> list[str]:
-    """Kill what the check left running (servers start sessions of their own); the names of what was."""
+    """Kill what the check left running (servers start sessions of their own), found by the variable MARK its
+    processes carry; the command lines of what was."""
     if check.dry_run:
-        print("[cleanup] stop any modelhost server, frontend, stub, wrk or h2load still running")
+        print("[cleanup] stop every process the check started that is still running")
         return []
+    mark = f"{MARK}={check.env[MARK]}".encode()
     left: list[str] = []
-    me = os.getpid()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
+            if mark not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if any(marker in cmdline for marker in LEFTOVERS) and "gpu_check" not in cmdline:
-            left.append(cmdline.strip()[:120])
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
+        left.append(cmdline.strip()[:120])
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(entry.name), signal.SIGKILL)
     return left
 
 

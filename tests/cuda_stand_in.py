@@ -38,7 +38,7 @@ class HostIpc:
     def allocation_size(self, address: int) -> int:
         return len(self.allocations[self.opened[address]])
 
-    def close(self, address: int) -> None:
+    def close(self, address: int, device_id: int) -> None:
         self.closed.append(address)
 
     def to_host(self, host_address: int, address: int, nbytes: int, device_id: int) -> None:

@@ -114,3 +114,19 @@ def test_the_prepare_script_lists_the_packages_it_would_carry() -> None:
     assert "tritonclient==" in done.stdout and "grpcio-health-checking==" in done.stdout
     assert "grpcio==" in done.stdout and "protobuf==" in done.stdout  # the pins
     assert "wrk nghttp2-client" in done.stdout
+
+
+def test_what_the_check_started_is_stopped_and_nothing_else(tmp_path: Path) -> None:
+    gpu_check = _gpu_check()
+    check = gpu_check.Check(tmp_path, tmp_path / "prepared", 480, sys.executable)
+    ours = subprocess.Popen(["sleep", "60"], env=check.env, start_new_session=True)
+    other = subprocess.Popen(["sleep", "61"], start_new_session=True)
+    try:
+        left = gpu_check.stop_leftovers(check)
+        assert left == ["sleep 60"]
+        assert ours.wait(timeout=10) == -9
+        assert other.poll() is None
+    finally:
+        for process in (ours, other):
+            process.kill()
+            process.wait()

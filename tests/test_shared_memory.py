@@ -316,6 +316,7 @@ def test_cuda_region_in_use_closes_after_its_last_request(
         (b"\1" * 64, 0, 8, "failed to register shared memory region: invalid args"),  # CUDA cannot open it
         (None, 0, 65, "failed to register shared memory region 'c': invalid args"),  # past the allocation
         (None, -1, 8, "failed to register shared memory region 'c': invalid args"),
+        (None, 2**40, 8, "failed to register shared memory region 'c': invalid args"),  # past a C int
     ],
 )
 def test_cuda_registration_errors(
@@ -365,3 +366,16 @@ def test_with_a_gpu_and_no_cuda_bindings_the_reason_names_the_package(
         SharedMemoryRegistry(allowed=True).register_cuda("c", b"\0" * 64, 0, 8)
     assert info.value.message == CUDA_NO_BINDINGS
     assert "pip install 'modelhost[cuda]'" in CUDA_NO_BINDINGS
+
+
+def test_a_binding_error_while_opening_is_a_clear_refusal_and_closes_the_handle(ipc: HostIpc) -> None:
+    class Failing(HostIpc):
+        def allocation_size(self, address: int) -> int:
+            raise OSError("libcuda.so.1 cannot be loaded")  # not a CudaError: the binding's own
+
+    failing = Failing()
+    registry = SharedMemoryRegistry(allowed=True, cuda_ipc=failing)
+    with pytest.raises(InvalidArgument, match="failed to register shared memory region 'c': invalid args"):
+        registry.register_cuda("c", failing.allocate(bytes(8)), 0, 8)
+    assert failing.closed == list(failing.opened)
+    assert registry.status(kind=CUDA) == []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import threading
 from typing import Any
 
 IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t), CUDA_IPC_HANDLE_SIZE
@@ -81,6 +82,8 @@ def ipc_open(handle: bytes, device_id: int) -> int:
     covers the whole allocation the handle was made from."""
     if len(handle) != IPC_HANDLE_SIZE:
         raise CudaError(f"a CUDA IPC handle has {IPC_HANDLE_SIZE} bytes, not {len(handle)}")
+    if not 0 <= device_id < device_count():
+        raise CudaError(f"there is no CUDA device {device_id}")
     rt = runtime()
     check(rt, rt.cudaSetDevice(device_id))
     ipc_handle = rt.cudaIpcMemHandle_t()
@@ -90,8 +93,9 @@ def ipc_open(handle: bytes, device_id: int) -> int:
     return int(check(rt, rt.cudaIpcOpenMemHandle(ipc_handle, rt.cudaIpcMemLazyEnablePeerAccess)))
 
 
-def ipc_close(address: int) -> None:
+def ipc_close(address: int, device_id: int) -> None:
     rt = runtime()
+    check(rt, rt.cudaSetDevice(device_id))  # the thread closing may have another device current
     check(rt, rt.cudaIpcCloseMemHandle(address))
 
 
@@ -105,24 +109,39 @@ def allocation_size(address: int) -> int:
     return int(size)
 
 
-def copy_to_host(host_address: int, device_address: int, nbytes: int, device_id: int) -> None:
-    """Copy device memory into host memory, synchronously."""
+# One non-blocking stream per device for the copies: the legacy default stream would wait for every kernel queued
+# on the device (a PyTorch model's, say) and make the next copy wait for it. A copy is synchronised on its stream
+# before it returns, so that a client reading its output region after the answer sees the bytes (a copy from
+# pageable host memory may return before they reach the device).
+_streams: dict[int, Any] = {}
+_streams_lock = threading.Lock()
+
+
+def _stream(rt: Any, device_id: int) -> Any:
+    with _streams_lock:
+        stream = _streams.get(device_id)
+        if stream is None:
+            stream = _streams[device_id] = check(rt, rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+        return stream
+
+
+def _copy(dst: int, src: int, nbytes: int, device_id: int, kind: str) -> None:
     if nbytes:
         rt = runtime()
         check(rt, rt.cudaSetDevice(device_id))
-        check(
-            rt, rt.cudaMemcpy(host_address, device_address, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost)
-        )
+        stream = _stream(rt, device_id)
+        check(rt, rt.cudaMemcpyAsync(dst, src, nbytes, getattr(rt.cudaMemcpyKind, kind), stream))
+        check(rt, rt.cudaStreamSynchronize(stream))
+
+
+def copy_to_host(host_address: int, device_address: int, nbytes: int, device_id: int) -> None:
+    """Copy device memory into host memory; the bytes are there when it returns."""
+    _copy(host_address, device_address, nbytes, device_id, "cudaMemcpyDeviceToHost")
 
 
 def copy_to_device(device_address: int, host_address: int, nbytes: int, device_id: int) -> None:
-    """Copy host memory into device memory, synchronously."""
-    if nbytes:
-        rt = runtime()
-        check(rt, rt.cudaSetDevice(device_id))
-        check(
-            rt, rt.cudaMemcpy(device_address, host_address, nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice)
-        )
+    """Copy host memory into device memory; the bytes are there when it returns."""
+    _copy(device_address, host_address, nbytes, device_id, "cudaMemcpyHostToDevice")
 
 
 __all__ = [

@@ -130,7 +130,7 @@ class CudaIpc(Protocol):
 
     def allocation_size(self, address: int) -> int: ...
 
-    def close(self, address: int) -> None: ...
+    def close(self, address: int, device_id: int) -> None: ...
 
     def to_host(self, host_address: int, address: int, nbytes: int, device_id: int) -> None: ...
 
@@ -146,8 +146,8 @@ class _RuntimeIpc:
     def allocation_size(self, address: int) -> int:
         return cuda_runtime.allocation_size(address)
 
-    def close(self, address: int) -> None:
-        cuda_runtime.ipc_close(address)
+    def close(self, address: int, device_id: int) -> None:
+        cuda_runtime.ipc_close(address, device_id)
 
     def to_host(self, host_address: int, address: int, nbytes: int, device_id: int) -> None:
         cuda_runtime.copy_to_host(host_address, address, nbytes, device_id)
@@ -214,8 +214,8 @@ class CudaRegion:
             return
         self.closed = True
         try:
-            self._ipc.close(self._address)
-        except cuda_runtime.CudaError as e:
+            self._ipc.close(self._address, self.device_id)
+        except Exception as e:  # CudaError, or the binding's own: logged, the server goes on
             log.error("failed to close CUDA IPC handle of shared memory region '%s': %s", self.name, e)
 
 
@@ -316,6 +316,7 @@ class SharedMemoryRegistry:
         self.reserved_prefixes = reserved_prefixes
         self._cuda_ipc = cuda_ipc
         self._cuda_reason: str | None = None
+        self._opening: set[str] = set()  # CUDA regions whose handle is being opened: their names are taken
         self._regions: dict[str, AnyRegion] = {}
         self._lock = threading.Lock()
 
@@ -357,7 +358,7 @@ class SharedMemoryRegistry:
         if offset < 0 or byte_size < 0:
             raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
         with self._lock:
-            if name in self._regions:
+            if name in self._regions or name in self._opening:
                 raise AlreadyExists(f"shared memory region '{name}' already in manager")
             fd = _open_object(key)
             try:
@@ -399,27 +400,42 @@ class SharedMemoryRegistry:
                 f"'raw_handle' must be a cudaIpcMemHandle_t of {cuda_runtime.IPC_HANDLE_SIZE} bytes, not "
                 f"{len(raw_handle)} bytes"
             )
-        if device_id < 0 or byte_size < 0:
+        if not 0 <= device_id < 2**31 or byte_size < 0:
             raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
         with self._lock:
-            if name in self._regions:
+            if name in self._regions or name in self._opening:
                 raise AlreadyExists(f"shared memory region '{name}' already in manager")
+            # The name is taken while the handle opens, outside the lock: the first open creates the CUDA
+            # context (hundreds of ms), and requests acquiring other regions must not wait for it.
+            self._opening.add(name)
+        try:
+            region = self._open_cuda(ipc, name, raw_handle, device_id, byte_size)
+            with self._lock:
+                self._regions[name] = region
+        finally:
+            with self._lock:
+                self._opening.discard(name)
+
+    @staticmethod
+    def _open_cuda(ipc: CudaIpc, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> CudaRegion:
+        try:
+            address = ipc.open(raw_handle, device_id)
+        except Exception as e:  # CudaError, or the binding's own (a device id it cannot take)
+            # As Triton: CUDA's reason in the log, a plain one to the client.
+            log.error("failed to open CUDA IPC handle of shared memory region '%s': %s", name, e)
+            raise InvalidArgument("failed to register shared memory region: invalid args") from e
+        try:
+            size = ipc.allocation_size(address)
+        except Exception as e:
+            log.error("%s (shared memory region '%s')", e, name)
+            size = -1
+        if byte_size > size:
             try:
-                address = ipc.open(raw_handle, device_id)
-            except cuda_runtime.CudaError as e:
-                # As Triton: CUDA's reason in the log, a plain one to the client.
-                log.error("failed to open CUDA IPC handle of shared memory region '%s': %s", name, e)
-                raise InvalidArgument("failed to register shared memory region: invalid args") from e
-            try:
-                size = ipc.allocation_size(address)
-            except cuda_runtime.CudaError as e:
-                log.error("%s (shared memory region '%s')", e, name)
-                size = -1
-            if byte_size > size:
-                with contextlib.suppress(cuda_runtime.CudaError):
-                    ipc.close(address)
-                raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
-            self._regions[name] = CudaRegion(name, device_id, byte_size, address, ipc)
+                ipc.close(address, device_id)
+            except Exception as e:
+                log.error("failed to close CUDA IPC handle of shared memory region '%s': %s", name, e)
+            raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
+        return CudaRegion(name, device_id, byte_size, address, ipc)
 
     def unregister(self, name: str = "", kind: str = SYSTEM) -> None:
         """Unregister one region of `kind` ("" = all of them). An unknown name, or the name of a region of the

@@ -24,13 +24,15 @@ B = np.full((1, 16), 3, dtype=np.int32)
 
 @pytest.fixture(scope="module")
 def cudashm() -> Any:
-    return pytest.importorskip(
-        "tritonclient.utils.cuda_shared_memory", reason="needs cuda-bindings in the client"
-    )
+    # tritonclient's module raises RuntimeError, not ImportError, without cuda-bindings: ask for those first.
+    pytest.importorskip("cuda.bindings.runtime", reason="tritonclient's CUDA utilities need cuda-bindings")
+    return pytest.importorskip("tritonclient.utils.cuda_shared_memory")
 
 
 @pytest.fixture(scope="module")
-def server(main_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
     with running_server(
         [main_repository], tmp_path_factory.mktemp("log") / "server.log", "--allow-client-shm=true"
     ) as running:
@@ -56,9 +58,9 @@ def regions(cudashm: Any, server: RunningServer) -> Iterator[dict[str, Any]]:
     """name -> device memory made for one test (64 bytes on GPU 0), unregistered and freed after."""
     made = {name: cudashm.create_shared_memory_region(name, 64, 0) for name in ("in0", "in1", "out0", "out1")}
     yield made
-    httpclient.InferenceServerClient(
-        server.http_url
-    ).unregister_cuda_shared_memory()  # before the memory goes
+    client = httpclient.InferenceServerClient(server.http_url)
+    client.unregister_cuda_shared_memory()  # before the memory goes
+    client.close()
     for handle in made.values():
         cudashm.destroy_shared_memory_region(handle)
 

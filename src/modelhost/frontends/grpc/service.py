@@ -325,8 +325,13 @@ class GrpcService:
 
     async def CudaSharedMemoryRegister(self, request: Any, context: CallContext) -> Any:
         async def run() -> Any:
-            self.server.shared_memory.register_cuda(
-                request.name, request.raw_handle, request.device_id, request.byte_size
+            # Off the loop: opening a handle maps memory, and the first one creates the CUDA context.
+            await asyncio.to_thread(
+                self.server.shared_memory.register_cuda,
+                request.name,
+                request.raw_handle,
+                request.device_id,
+                request.byte_size,
             )
             return service_pb2.CudaSharedMemoryRegisterResponse()
 

@@ -212,7 +212,7 @@ class HttpRoutes:
             action = m.group(4) or "index"
             return await self._repository(request, m.group(1), action, unquote(m.group(3) or ""))
         if m := _SHARED_MEMORY.fullmatch(path):
-            return self._shared_memory(request, m.group(1), unquote(m.group(2) or ""), m.group(3))
+            return await self._shared_memory(request, m.group(1), unquote(m.group(2) or ""), m.group(3))
         if path == "/v2/trace/setting":
             return self._trace_settings(request)
         return error_response(404, "Not Found")
@@ -262,7 +262,7 @@ class HttpRoutes:
             raise InvalidArgument("trace settings are per model, not per model version")
         return self._trace_settings(request, name)
 
-    def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
+    async def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
         """The system_shared_memory and cuda_shared_memory extensions."""
         if request.method != ("GET" if action == "status" else "POST"):
             return _method_not_allowed()
@@ -280,7 +280,8 @@ class HttpRoutes:
             handle, device_id, byte_size = _cuda_register_body(
                 self._json_object(request, "shared memory register request")
             )
-            registry.register_cuda(region, handle, device_id, byte_size)
+            # Off the loop: opening a handle maps memory, and the first one creates the CUDA context.
+            await asyncio.to_thread(registry.register_cuda, region, handle, device_id, byte_size)
             return _ok()
         doc = self._json_object(request, "shared memory register request")
         key = doc.get("key")
