@@ -154,5 +154,5 @@ class ForwardingRoutes:
         try:
             encoded = await encode_infer_off_loop_if_large(name, response, decoded)
         except ModelhostError as e:
-            encoded = failure_response(request.method, request.path, e)
+            return failure_response(request.method, request.path, e)
         return compressed(request, encoded)

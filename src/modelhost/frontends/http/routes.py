@@ -75,7 +75,9 @@ def failure_response(method: str, path: str, e: ModelhostError) -> HttpResponse:
 
 
 def compressed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    """The response compressed as the request's Accept-Encoding asks, where it has a body."""
+    """The response compressed as the request's Accept-Encoding asks, where it has a body. As Triton, only the
+    successful answers of /infer are compressed: metadata, config, statistics, generate answers and errors never
+    are (clients such as tritonclient.http.aio do not decompress them)."""
     accept = request.headers.get("accept-encoding")
     if accept and response.body:
         encoding = choose_encoding(accept)
@@ -183,10 +185,9 @@ class HttpRoutes:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("HTTP request: %s %s", request.method, request.path)  # Triton's verbose line
         try:
-            response = await self._route(request)
+            return await self._route(request)
         except ModelhostError as e:
-            response = failure_response(request.method, request.path, e)
-        return compressed(request, response)
+            return failure_response(request.method, request.path, e)
 
     async def _route(self, request: HttpRequest) -> HttpResponse:
         if request.too_large:
@@ -410,6 +411,12 @@ class HttpRoutes:
             lambda: self.server.registry.get(name, version),
         )
 
+    @staticmethod
+    async def _encoded(
+        request: HttpRequest, name: str, response: InferenceResponse, decoded: DecodedInfer
+    ) -> HttpResponse:
+        return compressed(request, await encode_infer_off_loop_if_large(name, response, decoded))
+
     async def infer(
         self, request: HttpRequest, name: str, version: str, parameters: Parameters | None = None
     ) -> HttpResponse:
@@ -434,7 +441,7 @@ class HttpRoutes:
                 decoded.request,
                 request.received_ns,
                 request.headers.get("traceparent", ""),
-                lambda response: encode_infer_off_loop_if_large(name, response, decoded),
+                lambda response: self._encoded(request, name, response, decoded),
             )
         finally:
             if decoded.lease is not None:
