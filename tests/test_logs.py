@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from modelhost import errors
-from modelhost.logs import LevelFilter, TritonFormatter, configure_logging, log_table
+from modelhost.logs import LevelFilter, TritonFormatter, configure_logging, escape_messages, log_table
 from modelhost.options import ServerOptions
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
@@ -64,6 +64,13 @@ def test_messages_are_quoted_and_escaped_to_one_line() -> None:
     line = TritonFormatter().format(record("failed to load 'm\"q'\nsecond line \\ done"))
     assert line.endswith(r'] "failed to load ' + "'m" + r"\"q'\nsecond line \\ done" + '"')
     assert "\n" not in line
+
+
+def test_with_escaping_off_messages_are_written_as_they_are() -> None:
+    line = TritonFormatter(escape=False).format(record('failed to load "m"\nsecond line'))
+    assert line.endswith('] failed to load "m"\nsecond line')
+    assert escape_messages({}) and escape_messages({"TRITON_SERVER_ESCAPE_LOG_MESSAGES": "1"})
+    assert not escape_messages({"TRITON_SERVER_ESCAPE_LOG_MESSAGES": "0"})  # only "0", as tritonserver
 
 
 def test_a_message_starting_with_a_newline_is_a_table_written_as_is() -> None:

@@ -3,9 +3,10 @@
     I1122 01:51:34.123456 4242 server.py:87] "Started HTTPService at 0.0.0.0:8000"      (--log-format=default)
     2026-11-22T01:51:34Z I 4242 server.py:87] "Started HTTPService at 0.0.0.0:8000"     (--log-format=ISO8601)
 
-As tritonserver (2.5x): times are UTC, the message is quoted and escaped so that one record is one line, and
-verbose messages carry the letter I. A message that starts with a newline is written as it is: that is how
-tritonserver logs its startup tables (`log.info("\\n%s", log_table(...))`).
+As tritonserver (2.5x): times are UTC, the message is quoted and escaped so that one record is one line (unless
+TRITON_SERVER_ESCAPE_LOG_MESSAGES=0: then it is written as it is), and verbose messages carry the letter I. A
+message that starts with a newline is written as it is: that is how tritonserver logs its startup tables
+(`log.info("\\n%s", log_table(...))`).
 
 Levels, each switched on its own as tritonserver does (--log-error=false hides errors but keeps info):
 ERROR and above <- --log-error, WARNING <- --log-warning, INFO <- --log-info, DEBUG <- --log-verbose >= 1.
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from modelhost.options import ServerOptions
 
@@ -30,10 +32,19 @@ def _verbose_level(levelno: int) -> int:
     return max(1, logging.DEBUG - levelno + 1)
 
 
+# tritonserver's switch: messages are quoted and escaped unless this is "0".
+ESCAPE_VARIABLE = "TRITON_SERVER_ESCAPE_LOG_MESSAGES"
+
+
+def escape_messages(environ: Mapping[str, str] = os.environ) -> bool:
+    return environ.get(ESCAPE_VARIABLE) != "0"
+
+
 class TritonFormatter(logging.Formatter):
-    def __init__(self, iso8601: bool = False) -> None:
+    def __init__(self, iso8601: bool = False, escape: bool = True) -> None:
         super().__init__()
         self.iso8601 = iso8601
+        self.escape = escape
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
@@ -42,6 +53,8 @@ class TritonFormatter(logging.Formatter):
         prefix = f"{self._stamp(record)} {record.process} {record.filename}:{record.lineno}]"
         if message.startswith("\n"):  # a table; the blank line after it is tritonserver's too
             return f"{prefix} {message}\n"
+        if not self.escape:
+            return f"{prefix} {message}"
         return f"{prefix} {json.dumps(message, ensure_ascii=False)}"
 
     def _stamp(self, record: logging.LogRecord) -> str:
@@ -104,7 +117,7 @@ def configure_logging(options: ServerOptions) -> None:
         handler = logging.StreamHandler(sys.stderr)
     level_filter = LevelFilter(options)
     handler.addFilter(level_filter)
-    handler.setFormatter(TritonFormatter(iso8601=options.log_format == "ISO8601"))
+    handler.setFormatter(TritonFormatter(iso8601=options.log_format == "ISO8601", escape=escape_messages()))
     handler.set_name(_HANDLER_NAME)
 
     logger = logging.getLogger(LOGGER_NAME)

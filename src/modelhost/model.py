@@ -241,6 +241,14 @@ class LoadedModel:
             names.append(out.name)
         return names
 
+    def check_request(self, request: InferenceRequest) -> None:
+        """The checks a request passes before it is queued (its inputs and requested outputs against the
+        config), raising what `infer` would raise for them: for a frontend that must tell a refused request
+        from a failed execution (Triton answers a refused /generate_stream request with JSON, a failure of the
+        model with an event)."""
+        self._model_inputs(request)
+        self._output_names(request)
+
     async def infer(self, request: InferenceRequest) -> tuple[InferenceResponse, RequestTiming]:
         """The response, and where the request spent its time."""
         # Counted so that an unload or a reload closes this version only once its last request is answered.
@@ -293,7 +301,9 @@ class LoadedModel:
         outputs: list[Tensor] = []
         for name in job.output_names:
             spec = self.outputs[name]
-            array = results[name]
+            array = results.get(name)
+            if array is None:
+                continue  # a requested output the model (a python one) or an ensemble's steps left out, as Triton
             if spec.reshape is not None and spec.dims.count(-1) <= 1:
                 array = array.reshape(([array.shape[0]] if self.max_batch_size > 0 else []) + list(spec.dims))
             datatype = spec.datatype

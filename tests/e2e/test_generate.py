@@ -7,7 +7,8 @@ parameters REPETITION, DELAY, FAIL_LAST; decoupled) and `mock_llm_nd` (the same 
 
 Where modelhost answers on purpose otherwise than Triton (checked against tritonserver 2.51): a client's malformed
 body is 400 (Triton 500); /generate with other than one answer is 400 (Triton 200 with the same message); a first
-answer that is an error is that error's status with a JSON `{"error": ...}`, also on /generate_stream. With
+answer that is an error is that error's status (Triton: 400) with a JSON `{"error": ...}`, or on /generate_stream
+an event `{"error": ...}` followed by the answers that come after it, as Triton. With
 frontend processes a stream's events reach the client together at its end (docs/frontend-processes.md): the timing
 checks apply to the single-process server only.
 
@@ -266,16 +267,32 @@ def test_error_in_the_middle_of_a_stream_is_an_error_event(server: RunningServer
     assert payloads[2:] == [{"error": "An Error Occurred"}]
 
 
-@pytest.mark.parametrize("endpoint", ["generate", "generate_stream"])
-def test_a_first_answer_that_is_an_error_sets_the_status(server: RunningServer, endpoint: str) -> None:
-    # Triton 2.51 answers these 400 (and /generate_stream as events); modelhost with the error's own code.
-    assert_error(post(server, "error_response", {"INPUT0": [1.0]}, endpoint), 400, "bad thing")
+def test_a_first_answer_that_is_an_error_sets_the_status(server: RunningServer) -> None:
+    # Triton 2.51 answers these 400; modelhost with the error's own code.
+    assert_error(post(server, "error_response", {"INPUT0": [1.0]}), 400, "bad thing")
     not_decoupled = {"PROMPT": "hi", "STREAM": True}
-    assert_error(
-        post(server, "mock_llm_nd", not_decoupled, endpoint), 500, "STREAM only supported in decoupled mode"
-    )
-    # error_midstream: an error, then an answer; the error is all the client gets.
-    assert_error(post(server, "error_midstream", {"IN": 5}, endpoint), 500, "first one failed")
+    assert_error(post(server, "mock_llm_nd", not_decoupled), 500, "STREAM only supported in decoupled mode")
+    # error_midstream: an error, then an answer; /generate takes one answer, so the error is what the client gets.
+    assert_error(post(server, "error_midstream", {"IN": 5}), 500, "first one failed")
+
+
+def stream_with_status(server: RunningServer, model: str, body: dict[str, Any]) -> tuple[int, list[Any]]:
+    """/generate_stream of any status: the status and the events' payloads, as Triton sends them: events."""
+    with post(server, model, body, "generate_stream", stream=True) as r:
+        assert r.headers["Content-Type"] == SSE_CONTENT_TYPE
+        return r.status_code, [e.json() for e in read_events(r)]
+
+
+def test_a_first_stream_answer_that_is_an_error_is_an_event_with_its_status(server: RunningServer) -> None:
+    # As Triton: the status is the error's (Triton 2.51: 400), the body a stream of events, the error the first.
+    assert stream_with_status(server, "error_response", {"INPUT0": [1.0]}) == (400, [{"error": "bad thing"}])
+    status, events = stream_with_status(server, "mock_llm_nd", {"PROMPT": "hi", "STREAM": True})
+    assert (status, events) == (500, [{"error": "STREAM only supported in decoupled mode"}])
+    # error_midstream: an error, then an answer, both as events.
+    status, events = stream_with_status(server, "error_midstream", {"IN": 5})
+    assert status == 500
+    assert events[0] == {"error": "first one failed"}
+    assert [e.get("OUT") for e in events[1:]] == [5]
 
 
 def test_a_client_that_goes_away_mid_stream(server: RunningServer, frontend_processes: int) -> None:

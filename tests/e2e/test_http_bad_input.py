@@ -876,6 +876,25 @@ def test_malformed_http_gets_400_and_close(server: RunningServer, garbage: bytes
     assert json.loads(body)["error"].startswith("malformed HTTP request")
 
 
+def test_chunked_and_content_length_is_read_chunked_and_the_connection_closed(server: RunningServer) -> None:
+    # RFC 9112 6.3: Transfer-Encoding wins over Content-Length; Triton serves such requests (`requests` sends
+    # them). The connection is closed after the answer, so the bytes the Content-Length would have covered (here
+    # a smuggled second request) are never read as a request.
+    chunked = f"{len(GOOD_JSON):x}\r\n".encode() + GOOD_JSON + b"\r\n0\r\n\r\n"
+    smuggled = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    head = (
+        f"POST {infer_path()} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Transfer-Encoding: chunked\r\nContent-Length: {len(chunked) + len(smuggled)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
+        sock.sendall(head + chunked + smuggled)
+        answer = read_response(sock)  # returns only once the server has closed the connection
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+    assert answer.count(b"HTTP/1.1 ") == 1  # the smuggled request was not answered
+    assert b"\r\nConnection: close\r\n" in answer.split(b"\r\n\r\n", 1)[0] + b"\r\n"
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["outputs"][0]["data"] == [2 * i for i in range(16)]
+
+
 def test_client_disconnecting_mid_body(server: RunningServer) -> None:
     head = (
         f"POST {infer_path()} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -118,3 +119,22 @@ def test_verbose_level_logs_every_request(logged_server: tuple[RunningServer, Pa
     finally:
         client.update_log_settings({"log_verbose_level": 0})
         client.close()
+
+
+def test_messages_unescaped_with_tritons_variable(tmp_path: Path) -> None:
+    # TRITON_SERVER_ESCAPE_LOG_MESSAGES=0, as tritonserver reads it (Triton's L0_logging): messages as they are.
+    repo = tmp_path / "repo"
+    copy_examples(repo, "simple")
+    marker = 'un"escaped'
+    env = {**os.environ, "TRITON_SERVER_ESCAPE_LOG_MESSAGES": "0"}
+    with running_server([repo], tmp_path / "server.log", env=env) as server:
+        r = requests.post(
+            f"http://{server.http_url}/v2/models/{marker}/infer", json={"inputs": []}, timeout=5
+        )
+        assert r.status_code == 404
+        deadline = time.monotonic() + 5
+        while marker not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log = server.log()
+    assert "Request for unknown model: 'un\"escaped' is not found" in log  # the quote as it is, not \"
+    assert '] "' not in log  # no message quoted

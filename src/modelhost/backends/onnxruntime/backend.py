@@ -6,6 +6,7 @@ unless the config or --backend-config says otherwise, a model's instances share 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import onnxruntime as ort
 
 from modelhost.backends.api import Arrays, BackendContext
 from modelhost.backends.cpu_threads import default_intra_op_threads
-from modelhost.backends.model_io import TensorInfo, check_io, fed_by_server
+from modelhost.backends.model_io import TensorInfo, check_io, config_shape, fed_by_server
 from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx
 from modelhost.backends.params import int_param, param
 from modelhost.datatypes import ONNX_TO_CONFIG
@@ -116,19 +117,33 @@ def gpu_providers(ctx: BackendContext, device_id: int) -> list[Any]:
 
 
 class OnnxRuntimeInstance:
-    def __init__(self, name: str, model_name: str, session: ort.InferenceSession) -> None:
+    def __init__(
+        self,
+        name: str,
+        model_name: str,
+        session: ort.InferenceSession,
+        scalar_outputs: dict[str, list[int]] | None = None,
+    ) -> None:
         self.name = name
         self.model_name = model_name
         self.session = session
         self.string_inputs = {i.name for i in session.get_inputs() if i.type == "tensor(string)"}
         self.string_outputs = {o.name for o in session.get_outputs() if o.type == "tensor(string)"}
+        self.scalar_inputs = {i.name for i in session.get_inputs() if not i.shape}
+        # Outputs the model gives as scalars, with the shape the config gives them (Triton's rule).
+        self.scalar_outputs = scalar_outputs or {}
 
     def execute(self, inputs: Arrays, output_names: list[str]) -> Arrays:
         feed = inputs
-        if self.string_inputs:
+        encoding = "utf-8"
+        if self.string_inputs or self.scalar_inputs:
             feed = dict(inputs)
-            for name in self.string_inputs & feed.keys():
-                feed[name] = _bytes_to_str(name, feed[name])
+            for name in self.scalar_inputs & feed.keys():
+                feed[name] = _scalar(name, feed[name])
+            strings = self.string_inputs & feed.keys()
+            encoding = _string_encoding(feed[name] for name in strings)
+            for name in strings:
+                feed[name] = _bytes_to_str(feed[name], encoding)
         try:
             results = self.session.run(output_names, feed)
         except ort.capi.onnxruntime_pybind11_state.InvalidArgument as e:
@@ -138,9 +153,9 @@ class OnnxRuntimeInstance:
         out: Arrays = {}
         for name, value in zip(output_names, results, strict=True):
             if name in self.string_outputs:
-                value = np.array([s.encode("utf-8") for s in value.ravel()], dtype=object).reshape(
-                    value.shape
-                )
+                value = _str_to_bytes(value, encoding)
+            if value.ndim == 0 and name in self.scalar_outputs:
+                value = value.reshape(self.scalar_outputs[name])
             out[name] = value
         return out
 
@@ -148,34 +163,77 @@ class OnnxRuntimeInstance:
         del self.session
 
 
-def _bytes_to_str(name: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    # ONNX Runtime string tensors hold text: bytes must be UTF-8 (ORT would otherwise store their repr()).
-    try:
-        flat = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.ravel()]
-    except UnicodeDecodeError as e:
+def _scalar(name: str, array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A scalar input (rank 0 in the model, all 1s in the config) as the model takes it."""
+    if array.size != 1:
         raise InvalidArgument(
-            f"input '{name}' holds bytes that are not UTF-8, which ONNX string tensors need"
-        ) from e
+            f"input '{name}' is a scalar in the model: it takes one element, got shape {list(array.shape)}"
+        )
+    return array.reshape(())
+
+
+# ONNX Runtime's string tensors hold text (its Python API takes str and gives str, as UTF-8). Triton hands the
+# bytes through unchanged. A request whose strings are all UTF-8 goes as text; one with bytes that are not is
+# carried as Latin-1 (one character per byte, both ways), so that its bytes come back as they were.
+def _string_encoding(arrays: Iterable[np.ndarray[Any, Any]]) -> str:
+    try:
+        for array in arrays:
+            for v in array.ravel():
+                if isinstance(v, bytes):
+                    v.decode("utf-8")
+    except UnicodeDecodeError:
+        return "latin-1"
+    return "utf-8"
+
+
+def _bytes_to_str(array: np.ndarray[Any, Any], encoding: str) -> np.ndarray[Any, Any]:
+    flat = [v.decode(encoding) if isinstance(v, bytes) else str(v) for v in array.ravel()]
     return np.array(flat, dtype=object).reshape(array.shape)
 
 
-def _tensor_info(arg: Any) -> TensorInfo:
-    # Symbolic and unknown dimensions ("batch", None) accept any size.
-    dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
+def _str_to_bytes(array: np.ndarray[Any, Any], encoding: str) -> np.ndarray[Any, Any]:
+    flat = []
+    for s in array.ravel():
+        try:
+            flat.append(s.encode(encoding))
+        except UnicodeEncodeError:  # a character the model made that Latin-1 has not: it is text
+            flat.append(s.encode("utf-8"))
+    return np.array(flat, dtype=object).reshape(array.shape)
+
+
+def _tensor_info(arg: Any, scalar: bool = False) -> TensorInfo:
+    # Symbolic and unknown dimensions ("batch", None) accept any size; a scalar's shape is checked apart.
+    dims = None if scalar else tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
     return TensorInfo(arg.name, ONNX_TO_CONFIG.get(arg.type, arg.type), dims)
 
 
-def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> None:
+def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> dict[str, list[int]]:
     """The config's inputs and outputs must exist in the model with the same types and shapes, as Triton checks
     at load. Control and implicit-state inputs of a sequence model, and batch inputs, are fed by the server:
-    Triton does not ask the config to list them."""
+    Triton does not ask the config to list them. A tensor the model declares without dimensions (a scalar) may
+    have only 1s in the config; the outputs among them are given that shape. Returns those outputs."""
+    configured = {t.name: t for t in (*ctx.config.input, *ctx.config.output)}
+    scalars = {a.name for a in (*session.get_inputs(), *session.get_outputs()) if not a.shape}
+    for name in (n for n in configured if n in scalars):  # inputs first, in config order, as Triton
+        dims = config_shape(configured[name])
+        if any(d != 1 for d in dims):
+            raise ModelConfigError(
+                f"unable to load model '{ctx.model_name}', scalar tensor '{name}', should only provide 1 in the "
+                f"model configuration when the model doesn't support batching. Model configuration provided: "
+                f"[{','.join(str(d) for d in dims)}]."
+            )
     check_io(
         ctx.model_name,
         ctx.config,
-        {i.name: _tensor_info(i) for i in session.get_inputs()},
-        {o.name: _tensor_info(o) for o in session.get_outputs()},
+        {i.name: _tensor_info(i, i.name in scalars) for i in session.get_inputs()},
+        {o.name: _tensor_info(o, o.name in scalars) for o in session.get_outputs()},
         fed_by_server=fed_by_server(ctx.config),
     )
+    return {
+        o.name: config_shape(configured[o.name])
+        for o in session.get_outputs()
+        if o.name in scalars and o.name in configured
+    }
 
 
 class OnnxRuntimeBackend:
@@ -200,7 +258,7 @@ class OnnxRuntimeBackend:
             raise ModelConfigError(
                 f"unable to load model '{ctx.model_name}' version {ctx.version}: {e}"
             ) from e
-        _check_io(ctx, session)
-        instance = OnnxRuntimeInstance(f"{group.name}_{index}", ctx.model_name, session)
+        scalar_outputs = _check_io(ctx, session)
+        instance = OnnxRuntimeInstance(f"{group.name}_{index}", ctx.model_name, session, scalar_outputs)
         del session  # the instance holds it alone, so closing the instance releases its memory
         return instance

@@ -72,6 +72,10 @@ class HttpProtocol(asyncio.Protocol):
         self.max_body = max_body
         self.connections = connections
         self.parser = httptools.HttpRequestParser(self)
+        # A request with both Transfer-Encoding: chunked and Content-Length is read with the chunked framing, as
+        # RFC 9112 (6.3) says and Triton does (the `requests` library sends such requests); llhttp refuses it
+        # unless asked. Its connection is closed after the answer, so that nothing can be smuggled behind it.
+        self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
         self.transport: asyncio.Transport | None = None
         self.pending: collections.deque[tuple[HttpRequest, bool]] = collections.deque()
         self.worker: asyncio.Task[None] | None = None
@@ -88,6 +92,7 @@ class HttpProtocol(asyncio.Protocol):
         self.body_size = 0
         self.too_large = False
         self.received_ns = 0
+        self.conflicting_framing = False  # chunked and Content-Length: close after answering
 
     # -- asyncio.Protocol --------------------------------------------------------------------------------------
 
@@ -130,6 +135,12 @@ class HttpProtocol(asyncio.Protocol):
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
 
     def on_headers_complete(self) -> None:
+        if (
+            "chunked" in self.headers.get("transfer-encoding", "").lower()
+            and "content-length" in self.headers
+        ):
+            del self.headers["content-length"]  # chunked wins; the length is not passed on (RFC 9112 6.3)
+            self.conflicting_framing = True
         length = self.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             self.too_large = True
@@ -151,7 +162,7 @@ class HttpProtocol(asyncio.Protocol):
         method = self.parser.get_method().decode("ascii", "replace")
         body = self.body_parts[0] if len(self.body_parts) == 1 else b"".join(self.body_parts)
         request = HttpRequest(method, path, query, self.headers, body, self.too_large, self.received_ns)
-        keep_alive = self.parser.should_keep_alive() and not self.too_large
+        keep_alive = self.parser.should_keep_alive() and not self.too_large and not self.conflicting_framing
         self.pending.append((request, keep_alive))
         if len(self.pending) >= _MAX_PIPELINED and self.transport and not self.reading_paused:
             self.transport.pause_reading()

@@ -334,6 +334,8 @@ class HttpRoutes:
         )
         if parameters:
             generate_request.parameters.update(parameters)
+        if stream:
+            model.check_request(generate_request)  # refused: a JSON error; what the model then fails: events
         answers = _answers(self.server.infer_stream(generate_request))
         if not stream:
             return await _one_answer(answers)
@@ -341,10 +343,10 @@ class HttpRoutes:
             first = await anext(answers)
         except StopAsyncIteration:
             return HttpResponse(200, content_type=SSE_CONTENT_TYPE, stream=_events(None, answers))
-        if isinstance(first, ModelhostError):
-            await answers.aclose()
-            raise first
-        return HttpResponse(200, content_type=SSE_CONTENT_TYPE, stream=_events(first, answers))
+        # As Triton: the first answer sets the status; an error is an event like any later one, and the answers
+        # that follow it still come.
+        status = first.http_status if isinstance(first, ModelhostError) else 200
+        return HttpResponse(status, content_type=SSE_CONTENT_TYPE, stream=_events(first, answers))
 
     def _statistics(self, name: str, version: str) -> HttpResponse:
         return _json({"model_stats": [s.to_json() for s in self.server.statistics(name, version)]})
@@ -481,9 +483,11 @@ async def _one_answer(answers: AsyncGenerator[InferenceResponse | ModelhostError
 
 
 async def _events(
-    first: InferenceResponse | None, answers: AsyncGenerator[InferenceResponse | ModelhostError, None]
+    first: InferenceResponse | ModelhostError | None,
+    answers: AsyncGenerator[InferenceResponse | ModelhostError, None],
 ) -> AsyncGenerator[bytes, None]:
-    """/generate_stream's events: one per answer, an error as an error event (the status is already sent)."""
+    """/generate_stream's events: one per answer, an error as an error event (its status went out with the first
+    answer: an error's own when the first answer was one)."""
     try:
         pending: list[InferenceResponse | ModelhostError] = [first] if first is not None else []
         while True:
