@@ -274,6 +274,46 @@ async def test_an_output_a_step_did_not_produce_is_left_out() -> None:
     assert result == {}
 
 
+def optional_pair(name: str, ensemble_inputs: bool = False) -> Any:
+    """A model (or, with `ensemble_inputs`, an ensemble's header) of two optional inputs and two outputs."""
+    fp4 = "data_type: TYPE_FP32 dims: [ 4 ]"
+    names = ("A", "B", "OUT0", "OUT1") if ensemble_inputs else ("X", "Z", "Y", "W")
+    return (
+        f'name: "{name}" max_batch_size: 8 '
+        f'input [ {{ name: "{names[0]}" {fp4} optional: true }}, {{ name: "{names[1]}" {fp4} optional: true }} ] '
+        f'output [ {{ name: "{names[2]}" {fp4} }}, {{ name: "{names[3]}" {fp4} }} ]'
+    )
+
+
+# Triton's L0_optional_input "optional_connecting_tensor": two steps of a model whose inputs are optional, each
+# answering the outputs of the inputs it got (Y = X, W = Z), all four tensors connected.
+PAIR = config(optional_pair("pair"))
+PAIR_ANSWER = {"pair": lambda a: {out: a[inp] for inp, out in (("X", "Y"), ("Z", "W")) if inp in a}}
+CONNECTED = config(
+    optional_pair("ens", ensemble_inputs=True)
+    + ' platform: "ensemble" ensemble_scheduling { step [ '
+    + step("pair", {"X": "A", "Z": "B"}, {"Y": "y", "W": "w"})
+    + ", "
+    + step("pair", {"X": "y", "Z": "w"}, {"Y": "OUT0", "W": "OUT1"})
+    + " ] }"
+)
+
+
+@in_loop
+async def test_an_optional_input_left_out_runs_its_steps_without_it() -> None:
+    """As Triton: an optional ensemble input the request leaves out, and an output a step leaves out, are there
+    as no tensor; the steps reading them run without them, and the response holds the outputs that exist."""
+    server = FakeServer(PAIR_ANSWER)
+    ens = scheduler(CONNECTED, {"pair": PAIR}, server)
+    result = await ens.execute(job(["OUT0", "OUT1"], A=ONES))
+    assert list(result) == ["OUT0"]
+    np.testing.assert_array_equal(result["OUT0"], ONES)
+    assert [[t.name for t in r.inputs] for r in server.requests] == [["X"], ["X"]]
+    assert await ens.execute(job(["OUT0"], B=ONES)) == {}  # OUT0 never comes: answered without it
+    result = await ens.execute(job(["OUT0", "OUT1"], A=ONES, B=2 * ONES))
+    np.testing.assert_array_equal(result["OUT1"], 2 * ONES)
+
+
 @in_loop
 async def test_a_decoupled_step_runs_the_rest_once_per_response() -> None:
     server = FakeServer(ANSWERS, decoupled={"double": 3})

@@ -18,6 +18,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from modelhost import stats as stats_module
 from modelhost.cli import CliError, parse_serve_args
 from modelhost.cpu_metrics import CpuMetrics, read_cpu_times, read_memory
+from modelhost.custom_metrics import CustomMetrics
 from modelhost.gpu_metrics import GPU_FAMILIES, start_gpu_metrics
 from modelhost.metrics import family_names, model_labels, render
 from modelhost.metrics_config import DEFAULT_QUANTILES, MetricsConfig, parse_metrics_config
@@ -268,12 +269,57 @@ def test_metric_tags_label_every_family_of_the_model() -> None:
         'name: "m" metric_tags { key: "team" value: "a\\"b" } metric_tags { key: "bad-key" value: "x" }',
         ModelConfig(),
     )
-    assert model_labels("m", "1", config) == 'model="m",version="1",_team="a\\"b"'
+    assert model_labels("m", "1", config) == '_team="a\\"b",model="m",version="1"'
     families = _families(render([_model(ModelStats("m", "1"), config)]))
     for family in families.values():
         for sample in family.samples:
             assert sample.labels["_team"] == 'a"b'
             assert "_bad-key" not in sample.labels
+
+
+def test_labels_are_written_sorted_by_name_as_triton_writes_them() -> None:
+    """prometheus-cpp holds a metric's labels in a std::map: Triton writes them sorted by name, a summary's
+    quantile and a histogram's le after them. Text-matching scrapers (Triton's qa tests) depend on the order."""
+    config = MetricsConfig(histogram_latencies=True, summary_latencies=True, summary_quantiles=((0.5, 0.05),))
+    configure_metrics(config)
+    tagged = text_format.Parse('name: "t" metric_tags { key: "zone" value: "z" }', ModelConfig())
+    stats, decoupled = ModelStats("m", "1"), ModelStats("t", "2")
+    stats.failed(1_000, "BACKEND")
+    clock = decoupled.response_clock(tagged)
+    clock.arrived()
+    clock.done("success")
+    lines = (
+        render([_model(stats), _model(decoupled, tagged, decoupled=True)], config=config)
+        .decode()
+        .splitlines()
+    )
+    assert 'nv_inference_request_failure{model="m",reason="BACKEND",version="1"} 1' in lines
+    assert 'nv_inference_request_failure{_zone="z",model="t",reason="OTHER",version="2"} 0' in lines
+    assert 'nv_inference_count{_zone="z",model="t",version="2"} 0' in lines
+    assert 'nv_inference_request_summary_us{model="m",version="1",quantile="0.5"} NaN' in lines
+    assert (
+        'nv_inference_first_response_histogram_ms_bucket{_zone="z",model="t",version="2",le="+Inf"} 1'
+        in lines
+    )
+    assert 'nv_model_load_duration_secs{model="m",version="1"} 0' in lines
+
+
+def test_custom_metric_labels_are_sorted_by_name_whatever_order_the_model_gave() -> None:
+    custom = CustomMetrics()
+    custom.register_family("requests", "Requests", "COUNTER")
+    custom.register_family("sizes", "Sizes", "HISTOGRAM")
+    custom.register(1, 1, "requests", {"version": "1", "model": "m", "Zeta": "z"}, None)
+    custom.register(2, 1, "requests", {"model": "m", "Zeta": "z", "version": "1"}, None)  # the same metric
+    custom.register(1, 2, "requests", {}, None)
+    custom.register(1, 3, "sizes", {"version": "1", "model": "m"}, [1.0])
+    custom.update(1, 1, "increment", 2)
+    custom.update(2, 1, "increment", 1)
+    custom.update(1, 3, "observe", 0.5)
+    lines = custom.render()
+    assert 'requests{Zeta="z",model="m",version="1"} 3' in lines
+    assert "requests 0" in lines  # no labels: no braces, as prometheus-cpp
+    assert 'sizes_bucket{model="m",version="1",le="1"} 1' in lines
+    assert 'sizes_count{model="m",version="1"} 1' in lines
 
 
 # --- CPU

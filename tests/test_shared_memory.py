@@ -7,6 +7,7 @@ import os
 import uuid
 from collections.abc import Iterator
 
+import grpc
 import numpy as np
 import pytest
 
@@ -19,6 +20,7 @@ from modelhost.shared_memory import (
     CUDA_NO_GPU,
     DISABLED,
     RESERVED_PREFIX,
+    RegionInUse,
     SharedMemoryRegistry,
 )
 
@@ -199,23 +201,47 @@ def test_an_unlinked_object_stays_mapped(registry: SharedMemoryRegistry, key: st
     lease.release()
 
 
-def test_unregistering_a_region_in_use_ends_it_for_new_requests_only(
-    registry: SharedMemoryRegistry, key: str
-) -> None:
+def test_a_region_in_use_cannot_be_unregistered(registry: SharedMemoryRegistry, key: str) -> None:
+    """As Triton: a region stays registered while a request uses it, and unregistering all regions unregisters
+    the others and names those in use."""
     registry.register("r", key, 0, 64)
+    registry.register("idle", key, 0, 8)
+    registry.register("out", key, 32, 32)
     first, second = registry.lease(), registry.lease()
     view = first.input("r", 0, 8)
     held = second.input("r", 8, 8)
-    registry.unregister("r")
-    assert registry.status() == []  # gone for new requests at once: steady traffic cannot keep it alive
-    with pytest.raises(NotFound):
-        registry.lease().input("r", 0, 8)
-    registry.register("r", key, 0, 64)  # the name is free again
+    second.output("OUT", "out", 0, 8)
+    with pytest.raises(
+        RegionInUse, match=r"^Cannot unregister shared memory region 'r', it is currently in use\.$"
+    ):
+        registry.unregister("r")
+    assert (RegionInUse.http_status, RegionInUse.grpc_code) == (409, grpc.StatusCode.FAILED_PRECONDITION)
+    with pytest.raises(RegionInUse) as e:
+        registry.unregister()
+    assert str(e.value) == "Failed to unregister the following system shared memory regions: out ,r ,"
+    assert sorted(r["name"] for r in registry.status()) == ["out", "r"]  # "idle" went
+    third = registry.lease()
+    assert bytes(third.input("r", 0, 8)) == bytes(range(8))  # new requests may still use it
     first.release()
+    third.release()
+    with pytest.raises(RegionInUse, match="'r', it is currently in use"):
+        registry.unregister("r")  # the second request still uses it
+    with pytest.raises(RegionInUse, match="'out', it is currently in use"):
+        registry.unregister("out")  # an output region too: the answer is written into it later
+    assert bytes(view) == bytes(range(8)) and bytes(held) == bytes(range(8, 16))
     second.release()
-    assert bytes(view) == bytes(range(8)) and bytes(held) == bytes(
-        range(8, 16)
-    )  # the requests' views still read
+    registry.unregister("r")
+    registry.unregister()
+    assert registry.status() == []
+
+
+def test_only_regions_of_the_kind_asked_are_in_the_error(registry: SharedMemoryRegistry, key: str) -> None:
+    registry.register("r", key, 0, 64)
+    lease = registry.lease()
+    lease.input("r", 0, 8)
+    registry.unregister("r", CUDA)  # another kind's endpoint: no such region, no error
+    registry.unregister(kind=CUDA)
+    lease.release()
 
 
 def test_close_unmaps_everything(key: str) -> None:
@@ -297,16 +323,30 @@ def test_cuda_inputs_are_copied_from_the_device_and_outputs_to_it(
     lease.release()
 
 
-def test_cuda_region_in_use_closes_after_its_last_request(
-    cuda_registry: SharedMemoryRegistry, ipc: HostIpc
+def test_a_cuda_region_in_use_cannot_be_unregistered(
+    cuda_registry: SharedMemoryRegistry, ipc: HostIpc, key: str
 ) -> None:
     cuda_registry.register_cuda("c", ipc.allocate(bytes(16)), 0, 16)
+    cuda_registry.register_cuda("d", ipc.allocate(bytes(16)), 0, 16)
+    cuda_registry.register_cuda("idle", ipc.allocate(bytes(16)), 0, 16)
+    cuda_registry.register("s", key, 0, 8)
     lease = cuda_registry.lease()
     lease.input("c", 0, 4)
-    cuda_registry.unregister("c", CUDA)
-    assert ipc.closed == [] and cuda_registry.status(kind=CUDA) == []
+    lease.output("OUT", "d", 0, 4)
+    lease.input("s", 0, 4)
+    with pytest.raises(
+        RegionInUse, match=r"^Cannot unregister shared memory region 'c', it is currently in use\.$"
+    ):
+        cuda_registry.unregister("c", CUDA)
+    with pytest.raises(RegionInUse) as e:
+        cuda_registry.unregister(kind=CUDA)
+    assert str(e.value) == "Failed to unregister the following cuda shared memory regions: c ,d ,"
+    assert len(ipc.closed) == 1  # "idle"
+    assert [r["name"] for r in cuda_registry.status(kind=CUDA)] == ["c", "d"]
     lease.release()
-    assert len(ipc.closed) == 1
+    cuda_registry.unregister(kind=CUDA)
+    assert cuda_registry.status(kind=CUDA) == [] and len(ipc.closed) == 3
+    cuda_registry.unregister()
 
 
 @pytest.mark.parametrize(

@@ -69,11 +69,12 @@ class CustomMetrics:
             family = self._families.get(family_name)
             if family is None:
                 raise InvalidArgument(f"unknown metric family '{family_name}'")
-            given = tuple((str(k), str(v)) for k, v in labels.items())  # rendered in the order given
-            key = tuple(sorted(given))
+            # Sorted by name: the metric's identity, and the order the labels are written in, Triton's (a
+            # std::map in prometheus-cpp), whatever order the model gave them in.
+            key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
             metric = family.metrics.get(key)
             if metric is None:
-                metric = _Metric(given)
+                metric = _Metric(key)
                 if family.kind == "HISTOGRAM":
                     metric.buckets = sorted(float(b) for b in buckets or ())
                     metric.bucket_counts = [0] * len(metric.buckets)
@@ -115,13 +116,14 @@ class CustomMetrics:
                 lines.append(f"# TYPE {family.name} {family.kind.lower()}")
                 for metric in family.metrics.values():
                     labels = ",".join(f'{k}="{_escape(v)}"' for k, v in metric.labels)
+                    braced = f"{{{labels}}}" if labels else ""  # no labels: no braces, as prometheus-cpp
                     if family.kind != "HISTOGRAM":
-                        lines.append(f"{family.name}{{{labels}}} {_number(metric.value)}")
+                        lines.append(f"{family.name}{braced} {_number(metric.value)}")
                         continue
-                    # Triton's order: count, sum, then the buckets.
+                    # Triton's order: count, sum, then the buckets, their `le` after the metric's labels.
                     sep = "," if labels else ""
-                    lines.append(f"{family.name}_count{{{labels}}} {metric.count}")
-                    lines.append(f"{family.name}_sum{{{labels}}} {_number(metric.value)}")
+                    lines.append(f"{family.name}_count{braced} {metric.count}")
+                    lines.append(f"{family.name}_sum{braced} {_number(metric.value)}")
                     for bound, count in zip(metric.buckets, metric.bucket_counts, strict=True):
                         lines.append(f'{family.name}_bucket{{{labels}{sep}le="{_number(bound)}"}} {count}')
                     lines.append(f'{family.name}_bucket{{{labels}{sep}le="+Inf"}} {metric.count}')

@@ -7,7 +7,8 @@ carry no `_total` suffix, which prometheus-client would add.
 What is exported follows `--metrics-config` (metrics_config.py): the latency counters (on by default), the
 latency summaries and the first-response histogram of decoupled models (off by default); and
 `--allow-cpu-metrics` / `--allow-gpu-metrics` (cpu_metrics.py, gpu_metrics.py). A model config's
-`metric_tags` add a label `_<key>="<value>"` to every family of that model, as Triton does.
+`metric_tags` add a label `_<key>="<value>"` to every family of that model, as Triton does. Labels are written
+in Triton's order, sorted by name, with a summary's `quantile` and a histogram's `le` last (`format_labels`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from modelhost.custom_metrics import CustomMetrics
@@ -196,17 +197,29 @@ def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
 
 
-def model_labels(name: str, version: str, config: Any = None) -> str:
-    """`model="..",version=".."` plus Triton's `_<key>="<value>"` per entry of the config's metric_tags
-    (entries whose key makes no valid Prometheus label name are left out)."""
-    label = f'model="{_escape(name)}",version="{_escape(version)}"'
+def format_labels(labels: Mapping[str, str]) -> str:
+    """A label set as the text format writes it between the braces, in Triton's order: prometheus-cpp keeps a
+    metric's labels in a std::map and writes them in its order, sorted by name (`_tag`s, then `model`,
+    `reason`, `version`). Scrapers that match lines as text (Triton's own qa tests among them) depend on it."""
+    return ",".join(f'{key}="{_escape(value)}"' for key, value in sorted(labels.items()))
+
+
+def model_label_set(name: str, version: str, config: Any = None) -> dict[str, str]:
+    """`model` and `version`, plus Triton's `_<key>` per entry of the config's metric_tags (entries whose key
+    makes no valid Prometheus label name are left out)."""
+    labels = {"model": name, "version": version}
     tags = getattr(config, "metric_tags", None) if config is not None else None
     if tags:
-        for key, value in sorted(tags.items()):
+        for key, value in tags.items():
             tag = f"_{key}"
             if _LABEL_NAME.fullmatch(tag) and not tag.startswith("__"):
-                label += f',{tag}="{_escape(value)}"'
-    return label
+                labels[tag] = value
+    return labels
+
+
+def model_labels(name: str, version: str, config: Any = None) -> str:
+    """The labels of a model version's series, formatted (`_team="a",model="m",version="1"`)."""
+    return format_labels(model_label_set(name, version, config))
 
 
 def _summary_lines(name: str, label: str, summary: Summary, quantiles: Sequence[float]) -> list[str]:
@@ -226,20 +239,20 @@ def render(
     histograms); `config`: the --metrics-config in force (by default the one given to stats.py)."""
     config = config or metrics_config()
     entries: list[tuple[ModelStats, str, Any, bool]] = []
+    label_sets: list[dict[str, str]] = []
     for model in models:
-        if isinstance(model, ModelStats):
-            entries.append((model, model_labels(model.name, model.version), None, False))
-        else:
-            stats = model.stats
-            entries.append((stats, model_labels(stats.name, stats.version, model.config), model.config,
-                            model.decoupled))  # fmt: skip
+        stats, model_config = (model, None) if isinstance(model, ModelStats) else (model.stats, model.config)
+        label_sets.append(model_label_set(stats.name, stats.version, model_config))
+        decoupled = False if isinstance(model, ModelStats) else model.decoupled
+        entries.append((stats, format_labels(label_sets[-1]), model_config, decoupled))
     lines = [
         "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes",
         "# TYPE nv_inference_request_failure counter",
     ]
-    for stats, label, _, _ in entries:
+    for (stats, _, _, _), label_set in zip(entries, label_sets, strict=True):
         for reason, count in stats.failures.items():
-            lines.append(f'nv_inference_request_failure{{{label},reason="{reason}"}} {count}')
+            failure_labels = format_labels({**label_set, "reason": reason})
+            lines.append(f"nv_inference_request_failure{{{failure_labels}}} {count}")
     counters = _COUNTS + (_LATENCY_COUNTERS if config.counter_latencies else [])
     for name, help_text, value in counters:
         lines.append(f"# HELP {name} {help_text}")

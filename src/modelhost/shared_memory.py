@@ -10,8 +10,8 @@ Safety: the object's descriptor stays open while the region is registered, and i
 against every access (fstat), so a client that shrinks the object gets an error instead of a SIGBUS in the
 server; an object the client unlinks stays mapped until the region is unregistered. (A shrink that races an
 access already checked, or an input view a model still reads after the check, is not covered: POSIX offers no
-way to fault-proof a shared mapping.) A region in use by a request when it is unregistered stays until that
-request is done, as in Triton.
+way to fault-proof a shared mapping.) A region that a request is using cannot be unregistered (`RegionInUse`,
+Triton's words); unregistering all regions unregisters those not in use and names the others in its error.
 
 CUDA shared memory: a client allocates device memory, exports it with cudaIpcGetMemHandle and registers the raw
 handle under a name; the server opens the handle once (`CudaIpc.open`, which maps the client's whole allocation)
@@ -32,12 +32,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+import grpc
 import numpy as np
 import numpy.typing as npt
 
 from modelhost import cuda_runtime
 from modelhost.devices import gpu_count
-from modelhost.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
+from modelhost.errors import AlreadyExists, InvalidArgument, ModelhostError, NotFound, Unsupported
 from modelhost.tensor_codec import raw_bytes
 
 log = logging.getLogger("modelhost.shared_memory")
@@ -55,6 +56,15 @@ CUDA = "cuda"
 _KIND_WORDS = {SYSTEM: "system", CUDA: "CUDA"}
 SHM_DIR = "/dev/shm"
 _SIZE_MAX = 2**64 - 1
+
+
+class RegionInUse(ModelhostError):
+    """An unregister of a region that a request is using (from its decoding until its answer is written), in
+    Triton's words. Triton answers 500 / INTERNAL; it is no fault of the server but a conflict with the region's
+    current use, which the client can retry once its requests are done: 409 / FAILED_PRECONDITION."""
+
+    http_status = 409
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 def _check_window(name: str, size: int, offset: int, byte_size: int) -> None:
@@ -439,21 +449,38 @@ class SharedMemoryRegistry:
 
     def unregister(self, name: str = "", kind: str = SYSTEM) -> None:
         """Unregister one region of `kind` ("" = all of them). An unknown name, or the name of a region of the
-        other kind, is no error, as in Triton."""
+        other kind, is no error, as in Triton. A region that a request is using stays registered: RegionInUse
+        (for all regions: the others are unregistered, and the error names those in use, in name order)."""
         self.check_allowed()
         with self._lock:
-            names = [name] if name else list(self._regions)
-            for n in names:
-                region = self._regions.get(n)
+            if name:
+                region = self._regions.get(name)
                 if region is None or region.kind != kind:
-                    continue
-                # Gone at once: no new request may use it and the name is free to register again; a request
-                # still using it keeps the mapping, which its release closes.
-                del self._regions[n]
+                    return
                 if region.users:
-                    region.unregistering = True
-                else:
-                    region.close()
+                    raise RegionInUse(
+                        f"Cannot unregister shared memory region '{name}', it is currently in use."
+                    )
+                del self._regions[name]
+                region.close()
+                return
+            in_use: list[str] = []
+            for n in sorted(self._regions):  # Triton's regions are a std::map: in name order
+                region = self._regions[n]
+                if region.kind != kind:
+                    continue
+                if region.users:
+                    in_use.append(n)
+                    continue
+                del self._regions[n]
+                region.close()
+        if in_use:
+            # Triton's words, its " ," after each name included.
+            words = "system" if kind == SYSTEM else "cuda"
+            raise RegionInUse(
+                f"Failed to unregister the following {words} shared memory regions: "
+                + "".join(f"{n} ," for n in in_use)
+            )
 
     def status(self, name: str = "", kind: str = SYSTEM) -> list[dict[str, Any]]:
         """The regions of `kind`, or the one named."""
@@ -482,7 +509,7 @@ class SharedMemoryRegistry:
     def release(self, region: AnyRegion) -> None:
         with self._lock:
             region.users -= 1
-            if region.users == 0 and region.unregistering:
+            if region.users == 0 and region.unregistering:  # unregistered at shutdown while in use
                 region.close()
 
     def close(self) -> None:

@@ -41,6 +41,68 @@ class TritonPythonModel:
 '''
 
 
+_OPTIONAL_PAIR = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """OUTPUT0 = INPUT0, OUTPUT1 = INPUT1, each only when its (optional) input came: Triton's L0_optional_input
+    optional_identity, answering once per request."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            outputs = []
+            for i in ("0", "1"):
+                tensor = pb_utils.get_input_tensor_by_name(request, "INPUT" + i)
+                if tensor is not None:
+                    outputs.append(pb_utils.Tensor("OUTPUT" + i, tensor.as_numpy()))
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+'''
+# Two optional FP32 [1] inputs, two outputs: the header of optional_pair and of the ensembles over it.
+OPTIONAL_PAIR_TENSORS = """
+max_batch_size: 4
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 1 ] optional: true }
+]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def _optional_models(repo: Path) -> None:
+    """Triton's L0_optional_input ensembles over a python model: optional_connecting_tensor (every tensor of the
+    two steps connected, so a step's inputs come only as the request's do) and pipeline_identity_2_float32 (the
+    second step's INPUT0 not connected at all)."""
+    (repo / "optional_pair" / "1").mkdir(parents=True)
+    (repo / "optional_pair" / "1" / "model.py").write_text(_OPTIONAL_PAIR)
+    write_config(repo / "optional_pair", 'backend: "python"' + OPTIONAL_PAIR_TENSORS)
+    both = {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}
+    ensembles = {
+        "ens_optional_connecting": [
+            _step("optional_pair", both, {"OUTPUT0": "internal_output0", "OUTPUT1": "internal_output1"}),
+            _step(
+                "optional_pair",
+                {"INPUT0": "internal_output0", "INPUT1": "internal_output1"},
+                {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"},
+            ),
+        ],
+        "ens_optional_pipeline": [
+            _step("optional_pair", both, {"OUTPUT0": "internal_output"}),
+            _step(
+                "optional_pair", {"INPUT1": "internal_output"}, {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"}
+            ),
+        ],
+    }
+    for name, steps in ensembles.items():
+        (repo / name / "1").mkdir(parents=True)
+        write_config(
+            repo / name,
+            f'platform: "ensemble"{OPTIONAL_PAIR_TENSORS}ensemble_scheduling {{ step [ {", ".join(steps)} ] }}',
+        )
+
+
 def _add_sub_onnx(repo: Path) -> None:
     """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1; FP32 [batch, 4]."""
     fp32 = TensorProto.FLOAT
@@ -153,6 +215,7 @@ def build(repo: Path) -> None:
     _add_sub_onnx(repo)
     _scale2(repo)
     _python_models(repo)
+    _optional_models(repo)
     # Two ONNX steps in a chain: SUM2 = 2 * (A + B), DIFF = A - B. The steps are listed out of order on purpose.
     _ensemble(repo, "ens_chain", AB, {"SUM2": FP4, "DIFF": FP4}, [SCALE_STEP, ADD_SUB_STEP])
     _ensemble(

@@ -99,6 +99,28 @@ def test_an_ensemble_of_an_ensemble(api: Api) -> None:
     np.testing.assert_array_equal(api.infer("ens_nested", A=A, B=B).as_numpy("SUM4"), 4 * (A + B))
 
 
+def test_optional_inputs_left_out_and_outputs_not_produced(api: Api) -> None:
+    """Triton's L0_optional_input test_ensemble_optional_connecting_tensor, and more: an optional input the
+    request leaves out and an output a python step leaves out are not waited for; the steps run without them,
+    and the response holds the outputs that exist."""
+    one, two = np.ones((1, 1), np.float32), np.full((1, 1), 2, np.float32)
+    m = api.module
+    only_output0 = [m.InferRequestedOutput("OUTPUT0")]
+    result = api.client.infer("ens_optional_connecting", api.inputs(INPUT0=one), outputs=only_output0)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), one)
+    result = api.infer("ens_optional_connecting", INPUT1=two)  # all outputs asked: OUTPUT0 never comes
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), two)
+    assert result.as_numpy("OUTPUT0") is None
+    result = api.infer("ens_optional_connecting", INPUT0=one, INPUT1=two)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), one)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), two)
+    # test_ensemble_optional_pipeline: the second step's INPUT1 is the first step's OUTPUT0 = INPUT0; its INPUT0
+    # is connected to nothing (Triton's identity backend answers zeros for it, a python model nothing).
+    result = api.infer("ens_optional_pipeline", INPUT0=one, INPUT1=two)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), one)
+    assert result.as_numpy("OUTPUT0") is None
+
+
 def test_a_non_batching_ensemble_over_a_batching_model(api: Api) -> None:
     a, b = A[:1], B[:1]
     np.testing.assert_array_equal(api.infer("ens_nobatch", A=a, B=b).as_numpy("DIFF"), a - b)

@@ -5,6 +5,7 @@ as Prometheus does, and checked against what was sent and against the statistics
 from __future__ import annotations
 
 import queue
+import re
 import shutil
 import socket
 import subprocess
@@ -151,6 +152,35 @@ def test_backend_failures_are_counted_by_reason(
     # Failed requests add nothing to the latency counters and summaries, as in Triton.
     assert samples[("nv_inference_request_duration_us", labels("exec_error"))] == 0
     assert samples[("nv_inference_request_summary_us_count", labels("exec_error"))] == 0
+
+
+SERIES = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? \S+$")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*"')
+
+
+def test_labels_are_written_in_tritons_order(server: RunningServer) -> None:
+    """Sorted by name, as prometheus-cpp writes them (`_<tag>`, model, reason, version), with a summary's
+    quantile and a histogram's le last: scrapers that match lines as text (Triton's qa tests do) find them."""
+    text = requests.get(f"http://localhost:{server.metrics_port}/metrics", timeout=10).text
+    # The pattern of Triton's L0_model_queue, L0_request_cancellation and L0_backend_python lifecycle tests.
+    assert re.search(
+        r'^nv_inference_request_failure\{model="simple",reason="OTHER",version="1"\} \d+$', text, re.M
+    )
+    assert re.search(
+        r'^nv_inference_count\{_team="search",model="square_decoupled",version="1"\} \d+$', text, re.M
+    )
+    seen = 0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = SERIES.match(line)
+        assert match is not None, line
+        names = LABEL.findall(match["labels"] or "")
+        if names and names[-1] in ("quantile", "le"):
+            names.pop()
+        assert names == sorted(names), line
+        seen += "model" in names
+    assert seen > 20
 
 
 def _stream(server: RunningServer, values: list[int]) -> list[Any]:

@@ -38,7 +38,31 @@ def repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> P
     shutil.copytree(PYTHON_MODELS, root, ignore=shutil.ignore_patterns("*.md", "__pycache__"))
     # bls_onnx calls this ONNX model of the same server: OUTPUT0 = INPUT0 + 1, INT32 [batch, 4]
     add_versioned_add(root, "onnx_add", (1,), "{ latest { num_versions: 1 } }")
+    (root / "loose_outputs" / "1").mkdir(parents=True)
+    (root / "loose_outputs" / "config.pbtxt").write_text(LOOSE_OUTPUTS_CONFIG)
+    (root / "loose_outputs" / "1" / "model.py").write_text(LOOSE_OUTPUTS_MODEL)
     return root
+
+
+# Triton's L0_backend_python init_args model answers OUT of shape [1] to a batch of 2 rows (the config says
+# [-1, -1]); this one does that, leaves EXTRA out, and returns a tensor the config does not name.
+LOOSE_OUTPUTS_CONFIG = """
+backend: "python"
+max_batch_size: 64
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "EXTRA" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+LOOSE_OUTPUTS_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = pb_utils.Tensor("OUT", np.array([7], dtype=np.float32))
+        undeclared = pb_utils.Tensor("UNDECLARED", np.array([1], dtype=np.float32))
+        return [pb_utils.InferenceResponse([out, undeclared]) for _ in requests]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -518,6 +542,19 @@ def test_wrong_dtype_fails_the_request_naming_the_model(api: Api) -> None:
     assert error.message() == (
         "model 'wrong_dtype' returned output 'OUTPUT0' with data type INT64, but its configuration says FP32"
     )
+
+
+def test_outputs_pass_through_in_the_shape_the_model_gave_them(api: Api) -> None:
+    """As Triton's python backend (L0_backend_python test_init_args): an output's shape is the model's, whatever
+    the config says; a requested output the model left out is left out of the response; a tensor nobody
+    requested (here one the config does not even name) is dropped."""
+    result = api.infer("loose_outputs", IN=np.zeros((2, 2), np.float32))
+    assert result.as_numpy("OUT").tolist() == [7]
+    assert result.as_numpy("EXTRA") is None
+    assert result.as_numpy("UNDECLARED") is None
+    outputs = result.get_response()["outputs"] if api.name == "http" else result.get_response().outputs
+    names = [o["name"] for o in outputs] if api.name == "http" else [o.name for o in outputs]
+    assert names == ["OUT"]
 
 
 def test_error_response_keeps_its_code(api: Api) -> None:

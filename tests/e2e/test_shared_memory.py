@@ -7,6 +7,8 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor, serialize_byte_tensor
 
+from e2e.clients import poll
 from e2e.server_process import RunningServer, running_server
 from modelhost.devices import gpu_count
 
@@ -27,13 +30,70 @@ A = np.arange(16, dtype=np.int32).reshape(1, 16)
 B = np.full((1, 16), 3, dtype=np.int32)
 
 
+# "held": simple's sums, as a python model that answers only once the test creates <gate>/release, after it
+# created <gate>/started: a request that is surely under way, however fast or slow the machine.
+HELD_CONFIG = """
+name: "held"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+parameters { key: "gate" value: { string_value: "%s" } }
+"""
+HELD_MODEL = """
+import json
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.gate = json.loads(args["model_config"])["parameters"]["gate"]["string_value"]
+
+    def execute(self, requests):
+        open(os.path.join(self.gate, "started"), "w").close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(self.gate, "release")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            outputs = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+"""
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gate")
+
+
+@pytest.fixture(scope="module")
+def held_repository(tmp_path_factory: pytest.TempPathFactory, gate: Path) -> Path:
+    repo = tmp_path_factory.mktemp("held_repo")
+    (repo / "held" / "1").mkdir(parents=True)
+    (repo / "held" / "config.pbtxt").write_text(HELD_CONFIG % gate)
+    (repo / "held" / "1" / "model.py").write_text(HELD_MODEL)
+    return repo
+
+
 @pytest.fixture(scope="module")
 def server(
-    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+    main_repository: Path,
+    held_repository: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    frontend_processes: int,
 ) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("log") / "server.log"
     with running_server(
-        [main_repository],
+        [main_repository, held_repository],
         log,
         "--allow-client-shm=true",
         f"--backend-config=python,shm-region-prefix-name={OWN_PREFIX}",
@@ -307,6 +367,63 @@ def test_inputs_and_outputs_in_shared_memory(client: Any, protocol: str, regions
     else:
         assert (output.datatype, list(output.shape)) == ("INT32", [1, 16])
         assert list(result.get_response().raw_output_contents) == [b"", b""]
+
+
+def test_a_region_in_use_cannot_be_unregistered(
+    server: RunningServer, client: Any, protocol: str, regions: Regions, gate: Path
+) -> None:
+    """As Triton (L0_shared_memory's unregister-during-inference tests): while a request uses regions, they
+    stay registered; unregistering all of them unregisters the others and names those in use. 409 /
+    FAILED_PRECONDITION where Triton answers 500 / INTERNAL, same words."""
+    out0, out1 = setup_simple(client, regions)
+    regions.create("in1", 64, [B])
+    regions.create("idle", 64)
+    for name in ("in1", "idle"):
+        client.register_system_shared_memory(name, regions.key(name), 64)
+    for name in ("started", "release"):
+        (gate / name).unlink(missing_ok=True)
+    inputs, outputs = simple_request(protocol, ("in1", 64, 0))
+
+    def infer() -> Any:
+        url = server.http_url if protocol == "http" else server.grpc_url
+        own = (
+            httpclient.InferenceServerClient(url)
+            if protocol == "http"
+            else grpcclient.InferenceServerClient(url)
+        )
+        try:
+            return own.infer("held", inputs, outputs=outputs)
+        finally:
+            own.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(infer)
+        try:
+            poll(lambda: (gate / "started").exists() or answer.done(), 120, "the request reached the model")
+            assert not answer.done(), answer.result()
+            for name in ("in0", "in1", "out0", "out1"):
+                expect(
+                    partial(client.unregister_system_shared_memory, name),
+                    protocol,
+                    "409",
+                    "FAILED_PRECONDITION",
+                    f"Cannot unregister shared memory region '{name}', it is currently in use.",
+                )
+            expect(
+                lambda: client.unregister_system_shared_memory(),
+                protocol,
+                "409",
+                "FAILED_PRECONDITION",
+                "Failed to unregister the following system shared memory regions: in0 ,in1 ,out0 ,out1 ,",
+            )
+            assert status_names(client, protocol) == ["in0", "in1", "out0", "out1"]  # "idle" went
+        finally:
+            (gate / "release").touch()
+        answer.result(timeout=120)
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(out0, np.int32, [1, 16]), A + B)
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(out1, np.int32, [1, 16]), A - B)
+    client.unregister_system_shared_memory()  # the request is done: nothing in use
+    assert status_names(client, protocol) == []
 
 
 def test_a_shared_memory_input_with_a_plain_one(client: Any, protocol: str, regions: Regions) -> None:

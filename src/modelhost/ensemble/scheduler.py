@@ -8,6 +8,10 @@ The scheduling follows Triton's ensemble scheduler:
 - A decoupled step's responses each start a new *iteration*: the steps downstream of it run once per response,
   on that response's tensors, and every iteration that completes the requested outputs is one response of the
   ensemble (which is then decoupled itself). A non-decoupled ensemble answers once.
+- A tensor that does not come (an optional input the request leaves out, an output a step's response leaves
+  out) is there as no tensor: the steps reading it run without it (the composing model's own checks then say
+  whether it may be missing), and a requested output that is not produced is left out of the response, which is
+  sent once every requested output is there or known not to come (Triton's placeholder tensors).
 - A failed step fails the request with its error prefixed `in ensemble '<name>', `; steps already running are
   let finish (their models count them), no new step starts.
 - `max_inflight_requests` bounds, per step and across all requests of the ensemble, how many requests to the
@@ -69,6 +73,7 @@ class EnsembleScheduler:
         self.services = services
         self.batching = config.max_batch_size > 0
         self.input_types = {n: s.datatype for n, s in input_specs(config).items()}
+        self.optional_inputs = [t.name for t in config.input if t.optional]
         self.output_dims = {n: s.dims for n, s in output_specs(config).items()}
         self.limits = (
             [asyncio.Semaphore(plan.max_inflight) for _ in plan.steps] if plan.max_inflight > 0 else None
@@ -162,7 +167,14 @@ class _Run:
         types = self.scheduler.input_types
         for name, array in self.job.inputs.items():
             self._set(name, 0, Tensor(name, types[name], list(array.shape), array), batch)
-        self._advance([(name, 0) for name in self.job.inputs], None)
+        given = list(self.job.inputs)
+        for name in self.scheduler.optional_inputs:
+            if name not in self.job.inputs:
+                # An optional input the request left out is there, as no tensor: the steps reading it run
+                # without it (as Triton's placeholder for it), instead of waiting for it forever.
+                self._set(name, 0, None, batch)
+                given.append(name)
+        self._advance([(name, 0) for name in given], None)
         try:
             await self._run_ready()
             self._finish_if_idle()

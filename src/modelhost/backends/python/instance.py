@@ -44,7 +44,7 @@ from modelhost.errors import (
     Unavailable,
     Unsupported,
 )
-from modelhost.io_specs import TensorSpec, format_shape, output_specs, shape_matches
+from modelhost.io_specs import TensorSpec, format_shape, output_specs
 from modelhost.scheduling.instances import Job
 from modelhost.scheduling.responses import ResponseSink
 from modelhost.scheduling.sequence_batcher import SEQUENCE_END, SEQUENCE_START, sequence_params
@@ -565,35 +565,42 @@ class PythonInstance:
         return arrays
 
     def _check_outputs(self, job: Job, arrays: Arrays) -> Arrays | BaseException:
-        """The requested outputs, checked against the config: a model returning a wrong tensor fails its request
-        with a message naming the model, never a malformed answer."""
+        """The requested outputs the model returned, as Triton's python backend passes them on: the others are
+        dropped (an output the client did not ask for, or that the config does not name), a requested one the
+        model left out is left out of the response, and the shape is the model's, whatever the config says.
+        Checked, so that the answer on the wire is well-formed (a failure names the model): the data type (a
+        difference: Triton passes any through), and a shape the config's `reshape` can be applied to."""
         checked: Arrays = {}
         for name in job.output_names:
-            array = arrays.get(name)
-            spec = self.outputs.get(name)
+            array, spec = arrays.get(name), self.outputs.get(name)
             if array is None or spec is None:
-                return InternalError(
-                    f"model '{self.model_name}' did not return the requested output '{name}' "
-                    f"(it returned {sorted(arrays)})"
-                )
+                continue
             datatype = ipc.datatype_of(array)
             if datatype != spec.datatype and not (spec.datatype == "BF16" and datatype == "UINT16"):
                 return InternalError(
                     f"model '{self.model_name}' returned output '{name}' with data type {datatype}, but its "
                     f"configuration says {spec.datatype}"
                 )
-            shape = list(array.shape)
-            batched = self.max_batch_size > 0
-            if not shape_matches(shape[1:] if batched else shape, spec.dims) or (
-                batched and (not shape or shape[0] != job.batch_size)
-            ):
+            if spec.reshape is not None and not self._reshapes(array, spec.dims):
                 return InternalError(
-                    f"model '{self.model_name}' returned output '{name}' of shape {format_shape(shape)}, but its "
-                    f"configuration says {format_shape(spec.full_shape(self.max_batch_size))}"
-                    + (f" for a batch of {job.batch_size}" if batched else "")
+                    f"model '{self.model_name}' returned output '{name}' of shape "
+                    f"{format_shape(list(array.shape))}, which does not fit the shape its configuration reshapes "
+                    f"it to, {format_shape(spec.full_shape(self.max_batch_size))}"
                 )
             checked[name] = array
         return checked
+
+    def _reshapes(self, array: Any, dims: tuple[int, ...]) -> bool:
+        """Whether an output can take its configured dims (after its batch dimension), as the answer gives it."""
+        if self.max_batch_size > 0 and array.ndim == 0:
+            return False
+        if dims.count(-1) > 1:
+            return True  # not reshaped: several sizes cannot be told apart
+        try:
+            array.reshape(([array.shape[0]] if self.max_batch_size > 0 else []) + list(dims))
+        except ValueError:
+            return False
+        return True
 
     def _on_response(self, stub: _Stub, message: dict[str, Any]) -> None:
         key = message["key"]
