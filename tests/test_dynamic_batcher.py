@@ -278,3 +278,101 @@ def test_delay_scheduler_env_hook(monkeypatch: pytest.MonkeyPatch) -> None:
 
     run(go())
     assert fake.batches == [3]
+
+
+# -- when a batch goes without waiting out the delay (Triton's GetDynamicBatch) --------------------------------
+# The delay is ten minutes: a batch that goes at all went without waiting it out. Each test waits at most `SOON`
+# for what must go at once, far past any execution on a loaded machine and far short of the delay.
+
+NEVER_US = 600_000_000
+SOON = 60.0
+PREFERRED_2_6 = (
+    f"max_batch_size: 8 dynamic_batching {{ max_queue_delay_microseconds: {NEVER_US} "
+    "preferred_batch_size: [ 2, 6 ] }"
+)
+
+
+async def until_queued(b: DynamicBatcher, count: int) -> None:
+    for _ in range(int(SOON * 1000)):
+        if b.queued() == count:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never {count} queued")
+
+
+def test_a_request_larger_than_the_largest_preferred_size_goes_at_once() -> None:
+    # Triton's L0_batcher test_static_batch_gt_max_preferred
+    fake = Recorder()
+    b, stats = batcher(PREFERRED_2_6, fake)
+
+    async def go() -> None:
+        await asyncio.wait_for(b.execute(job(1, rows=7)), SOON)
+
+    run(go())
+    assert fake.batches == [7]
+    assert stats.batches[7].compute_infer.count == 1
+
+
+def test_a_request_that_would_pass_the_largest_preferred_size_sends_the_pending_batch() -> None:
+    # Triton's test_multi_batch_gt_max_preferred: 3 rows wait; 7 more would pass 6 (and 8): both go at once.
+    fake = Recorder()
+    b, _ = batcher(PREFERRED_2_6, fake)
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(job(1, rows=3)))
+        await until_queued(b, 1)
+        second = asyncio.create_task(b.execute(job(2, rows=7)))
+        await asyncio.wait_for(asyncio.gather(first, second), SOON)
+
+    run(go())
+    assert fake.batches == [3, 7]
+
+
+def test_rows_past_the_largest_preferred_size_send_what_fits_and_the_rest_waits() -> None:
+    # Triton's test_multi_batch_sum_gt_max_preferred: 3 + 4 rows fit max_batch_size 8 but pass 6: the 3 go at
+    # once, and the 4, alone under every preferred size, wait for the delay.
+    fake = Recorder()
+    b, _ = batcher(PREFERRED_2_6, fake)
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(job(1, rows=3)))
+        await until_queued(b, 1)
+        second = asyncio.create_task(b.execute(job(2, rows=4)))
+        await asyncio.wait_for(first, SOON)
+        assert not second.done() and b.queued() == 1
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+
+    run(go())
+    assert fake.batches == [3]
+
+
+def test_a_request_with_other_inputs_sends_the_pending_batch_and_is_not_skipped() -> None:
+    # Triton's L0_optional_input test_optional_mix_inputs: requests alternate between two sets of (optional)
+    # inputs; each one sends the batch before it at once, and nothing behind it joins that batch.
+    fake = Recorder()
+    b, _ = batcher(f"max_batch_size: 4 dynamic_batching {{ max_queue_delay_microseconds: {NEVER_US} }}", fake)
+
+    def mixed(value: int, extra: bool) -> Job:
+        inputs = job(value).inputs
+        if extra:
+            inputs["EXTRA"] = np.zeros((1, 1), dtype=np.float32)
+        return Job(inputs, ["OUT"], 1)
+
+    async def go() -> None:
+        tasks: list[asyncio.Task[Arrays]] = []
+        for value in range(4):
+            tasks.append(asyncio.create_task(b.execute(mixed(value, extra=value % 2 == 1))))
+            if value:
+                answer = await asyncio.wait_for(tasks[value - 1], SOON)
+                assert answer["OUT"][0, 0] == value  # OUT = IN + 1 of the request before
+            await until_queued(b, 1)
+        last = tasks[-1]
+        assert not last.done()  # alone, it waits for the delay
+        last.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await last
+
+    run(go())
+    assert fake.batches == [1, 1, 1]

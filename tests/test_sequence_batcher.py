@@ -66,6 +66,21 @@ class Accumulator:
         pass
 
 
+class HeldAccumulator(Accumulator):
+    """An Accumulator whose first execution holds (on the instance's thread) until the test releases it."""
+
+    def __init__(self) -> None:
+        super().__init__("held")
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def execute(self, inputs: Arrays, output_names: list[str]) -> Arrays:
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(30)
+        return super().execute(inputs, output_names)
+
+
 class Manual:
     """A request-level instance (as a python model's stub) that answers only when the test tells it to."""
 
@@ -347,6 +362,61 @@ def test_implicit_state_accumulates_and_restarts() -> None:
     assert run(go()) == [1, 3, 6, 10]
     assert fake.batches[0]["STATE_IN"].tolist() == [[0]]
     assert b.live_sequences() == 0
+
+
+def test_requests_queued_back_to_back_read_the_state_their_predecessor_wrote() -> None:
+    # The instance is free again before the completion that keeps the state has run: the next request of the
+    # sequence must wait for it (it read the previous state, or the initial one, before the fix). Sequence 6 waits
+    # in the backlog behind 5 with all its requests queued, as Triton's L0_request_cancellation implicit state test
+    # has it after a cancelled sequence's slot times out.
+    fake = Accumulator()
+    b, _ = make(
+        f"max_batch_size: 1 sequence_batching {{ oldest {{ max_candidate_sequences: 1 }} {STATE} }}", fake
+    )
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(job(5, 7, start=True)))
+        backlogged = [
+            asyncio.create_task(b.execute(job(6, v, start=v == 1, end=v == 4))) for v in (1, 2, 3, 4)
+        ]
+        await until(lambda: b.queued() == 4)  # 5 ran; 6 waits for its slot with every request queued
+        await first
+        pipelined = [asyncio.create_task(b.execute(job(5, v, end=v == 3))) for v in (1, 2, 3)]
+        assert [int(o["OUT"][0, 0]) for o in await asyncio.gather(*pipelined)] == [8, 10, 13]
+        assert [int(o["OUT"][0, 0]) for o in await asyncio.gather(*backlogged)] == [1, 3, 6, 10]
+        assert b.live_sequences() == 0
+
+    run(go())
+    assert [int(batch["STATE_IN"][0, 0]) for batch in fake.batches] == [0, 7, 8, 10, 0, 1, 3, 6]
+
+
+def test_a_cancelled_sequence_leaves_no_state_to_the_next_in_its_slot() -> None:
+    # Triton's L0_request_cancellation test_state_reset_after_cancel: a sequence cancelled while one of its
+    # requests runs keeps its slot until that request ends; the next sequence in that slot starts from the
+    # initial state.
+    held = HeldAccumulator()
+    b, _ = make(
+        "max_batch_size: 1 sequence_batching { max_sequence_idle_microseconds: 1000 "
+        f"oldest {{ max_candidate_sequences: 1 }} {STATE} }}",
+        held,
+    )
+
+    async def go() -> None:
+        running = asyncio.create_task(b.execute(job(1, 5, start=True)))
+        await until(held.entered.is_set)
+        queued = asyncio.create_task(b.execute(job(1, 6)))
+        await until(lambda: b.queued() == 1)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        held.release.set()
+        await running
+        next_one = [asyncio.create_task(b.execute(job(2, v, start=v == 1, end=v == 3))) for v in (1, 2, 3)]
+        assert [int(o["OUT"][0, 0]) for o in await asyncio.gather(*next_one)] == [1, 3, 6]
+        assert b.live_sequences() == 0
+
+    run(go())
+    assert [int(batch["STATE_IN"][0, 0]) for batch in held.batches] == [0, 0, 1, 3]
 
 
 def test_initial_state_from_a_data_file(tmp_path: Path) -> None:

@@ -23,11 +23,18 @@ from e2e.server_process import RunningServer, running_server
 SEQUENCE_MODELS = Path(__file__).parent / "sequence_models"
 
 
-def add_onnx_state_accumulator(repo: Path, name: str = "onnx_state_acc") -> None:
+def add_onnx_state_accumulator(
+    repo: Path,
+    name: str = "onnx_state_acc",
+    *,
+    max_batch_size: int = 4,
+    strategy: str = "",
+    instances: int = 2,
+) -> None:
     """OUTPUT = INPUT + STATE_IN, STATE_OUT = the same: a running sum held by the server as implicit state.
 
     As in Triton, the state input and output are graph tensors the config does not list: the sequence batcher
-    feeds STATE_IN, and a client may not."""
+    feeds STATE_IN, and a client may not. `strategy`: more of `sequence_batching` (direct or oldest, idle)."""
     int32 = TensorProto.INT32
     graph = helper.make_graph(
         [
@@ -47,14 +54,14 @@ def add_onnx_state_accumulator(repo: Path, name: str = "onnx_state_acc") -> None
     save(graph, repo / name / "1" / "model.onnx")
     write_config(
         repo / name,
-        'backend: "onnxruntime"\nmax_batch_size: 4\n'
+        f'backend: "onnxruntime"\nmax_batch_size: {max_batch_size}\n'
         'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
         'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        "sequence_batching {\n"
+        f"sequence_batching {{\n  {strategy}\n"
         '  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]\n'
         '            initial_state [ { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zeros" } ] } ]\n'
         "}\n"
-        "instance_group [ { count: 2 kind: KIND_CPU } ]\n",
+        f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n",
     )
 
 
@@ -65,6 +72,15 @@ def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) ->
         if (model / "config.pbtxt").exists():
             shutil.copytree(model, repo / model.name)
     add_onnx_state_accumulator(repo)
+    # One slot in all (Triton's L0_request_cancellation implicit state model): a second sequence waits in the
+    # backlog; the idle release is far off, so that only an END frees the slot.
+    add_onnx_state_accumulator(
+        repo,
+        "onnx_state_one_slot",
+        max_batch_size=1,
+        strategy="max_sequence_idle_microseconds: 60000000 oldest { max_candidate_sequences: 1 }",
+        instances=1,
+    )
     with running_server([repo], tmp_path_factory.mktemp("log") / "server.log") as running:
         yield running
 
@@ -145,6 +161,44 @@ def test_implicit_state_of_an_onnx_model(api: Api) -> None:
         sums.append(int(result.as_numpy("OUTPUT")[0, 0]))
         assert result.as_numpy("STATE_OUT") is None  # state is the server's, not an answer
     assert sums == [4, 9, 15, 1]
+
+
+def test_queued_requests_of_a_backlogged_sequence_read_the_state_their_predecessor_wrote(
+    server: RunningServer,
+) -> None:
+    # Triton's L0_request_cancellation test_state_reset_after_cancel, in the part that failed here: a sequence
+    # whose requests all queued in the backlog runs them back to back once it gets the slot, and each must see
+    # the state the one before it left (it saw the initial state again: the next request started before the
+    # completion of the previous one kept its state).
+    answers: dict[str, int] = {}
+    errors: list[Any] = []
+
+    def callback(result: Any, error: Any) -> None:
+        if error is not None:
+            errors.append(error)
+        else:
+            answers[result.get_response().id] = int(result.as_numpy("OUTPUT")[0, 0])
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback)
+    plan = [("a1", 11, 100, True, False)]  # sequence 11 takes the only slot and keeps it until its END
+    plan += [(f"b{v}", 12, v, v == 1, v == 4) for v in (1, 2, 3, 4)]  # sequence 12 queues in the backlog
+    plan += [("a2", 11, 0, False, True)]  # frees the slot: sequence 12's four requests go back to back
+    for request_id, corrid, value, start, end in plan:
+        inputs = [grpcclient.InferInput("INPUT", [1, 1], "INT32")]
+        inputs[0].set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        client.async_stream_infer(
+            "onnx_state_one_slot",
+            inputs,
+            request_id=request_id,
+            sequence_id=corrid,
+            sequence_start=start,
+            sequence_end=end,
+        )
+    client.stop_stream()  # waits for every answer
+    client.close()
+    assert not errors
+    assert answers == {"a1": 100, "a2": 100, "b1": 1, "b2": 3, "b3": 6, "b4": 10}
 
 
 def test_metadata_leaves_out_server_fed_inputs(api: Api) -> None:

@@ -2,10 +2,12 @@
 
 Triton's semantics (`dynamic_batching` in the config):
 - a batch is counted in rows (the first dimension), never more than `max_batch_size`;
-- requests join a batch only when their inputs have the same names, types and non-batch shapes;
+- a batch is the run of requests at the head of the queue, in order, whose inputs have the same names (optional
+  inputs), types and non-batch shapes: the first request that differs ends it, and the batch goes at once;
 - with an instance free, the batcher sends the largest preferred batch size it can form at once; failing that,
-  it waits for more requests until the oldest queued one has waited `max_queue_delay_microseconds`, and sends
-  what it has then (a full `max_batch_size` batch goes at once);
+  the requests that fit before the rows would pass the largest preferred size when the next would pass it, and a
+  batch of at least the largest preferred size (one request may be larger); otherwise it waits for more requests
+  until the oldest queued one has waited `max_queue_delay_microseconds`, and sends what it has then;
 - `priority_levels` queues, 1 the highest; a request's `priority` 0 (or out of range) means the default level;
 - queue policies per level: `max_queue_size` (full: "Exceeds maximum queue size" at once), timeouts with the
   REJECT or DELAY action, and the request's own `timeout` where `allow_timeout_override` lets it shorten them;
@@ -95,6 +97,8 @@ class DynamicBatcher:
         self.stats = stats
         self.max_batch_size = max(1, int(config.max_batch_size))
         self.preferred = {int(p) for p in db.preferred_batch_size if 0 < int(p) <= self.max_batch_size}
+        # Normalisation makes [max_batch_size] the default; a config built in a test may not have run it.
+        self.max_preferred = max(self.preferred, default=self.max_batch_size)
         self.delay_ns = int(db.max_queue_delay_microseconds) * 1000
         self.preserve_ordering = bool(db.preserve_ordering)
         levels = max(1, int(db.priority_levels))
@@ -187,33 +191,39 @@ class DynamicBatcher:
         return ordered
 
     def _form(self, force: bool) -> list[Pending] | None:
-        """The batch to send now, or None to wait for more requests."""
+        """The batch to send now, or None to wait for more requests (`force`: the oldest has waited the delay).
+
+        Triton's GetDynamicBatch: the queue is walked in order and the batch is the run of requests at its head
+        that can be concatenated, never skipping one (a request whose inputs differ, or which would take the rows
+        past max_batch_size, ends it and cannot join, so the batch goes at once). Sent without waiting: the
+        longest prefix whose rows are a preferred size, else the requests that fit before the rows would pass the
+        largest preferred size, else a batch that has reached the largest preferred size (a single request may
+        be larger) or that was ended so."""
         candidates = self._candidates()
         if not candidates:
             return None
         head = candidates[0]
         batch: list[Pending] = []
         rows = 0
-        best_preferred = 0  # length of the longest prefix whose rows are a preferred size
-        full = False
+        at_once = 0  # length of the prefix to send at once (0: none)
+        ended = False  # the next request cannot join: the batch can grow no further
         for pending in candidates:
-            if pending.key != head.key:
-                continue
-            if rows + pending.job.batch_size > self.max_batch_size:
-                full = True
-                break
+            size = pending.job.batch_size
+            if batch:
+                if rows + size > self.max_preferred and not at_once:
+                    at_once = len(batch)
+                if rows + size > self.max_batch_size or pending.key != head.key:
+                    ended = True
+                    break
             batch.append(pending)
-            rows += pending.job.batch_size
+            rows += size
             if rows in self.preferred:
-                best_preferred = len(batch)
-            if rows == self.max_batch_size:
-                full = True
-                break
-        if full or force:
+                at_once = len(batch)
+        if force:
             return batch
-        if best_preferred:  # the largest preferred size that can be formed goes at once
-            return batch[:best_preferred]
-        if self.delay_ns == 0:
+        if at_once:
+            return batch[:at_once]
+        if ended or rows >= self.max_preferred or self.delay_ns == 0:
             return batch
         return None  # wait for more, until the oldest request has waited max_queue_delay
 

@@ -417,7 +417,10 @@ class SequenceBatcher:
 
     @staticmethod
     def _heads(lane: _Lane) -> list[_Request]:
-        return [s.queue[0] for s in lane.slots if s is not None and s.queue]
+        """The next request of each sequence in the lane's slots whose previous request has completed: the
+        instance is released before the completion callback runs, and the next request must read the state that
+        its predecessor wrote (a backlogged sequence's requests, or a stream's, queue up back to back)."""
+        return [s.queue[0] for s in lane.slots if s is not None and s.queue and not s.running]
 
     def _choose(self, lane: _Lane, force: bool) -> list[_Request] | None:
         """The requests to run now, at most one per sequence, or None to wait for more."""
@@ -604,6 +607,8 @@ class SequenceBatcher:
                 request.future.set_exception(answer)
             else:
                 request.future.set_result(answer)
+        if sequence.queue and sequence.lane is not None:
+            self._wake(sequence.lane)  # its next request may go now
         self._maybe_release(sequence)
 
     # -- unload ------------------------------------------------------------------------------------------------
