@@ -227,7 +227,7 @@ def test_broken_ensembles_fail_to_load_with_their_reason(http: httpclient.Infere
 
 def test_failures_are_counted_for_the_metrics(server: RunningServer) -> None:
     text = requests.get(f"http://localhost:{server.metrics_port}/metrics", timeout=10).text
-    assert 'nv_inference_request_failure{model="ens_fail",version="1",reason="OTHER"} 2' in text
+    assert 'nv_inference_request_failure{model="ens_fail",reason="OTHER",version="1"} 2' in text
 
 
 # --- loading and unloading (last: they change what is loaded)
