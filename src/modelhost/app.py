@@ -8,6 +8,7 @@ import gc
 import logging
 import os
 import signal
+import time
 from typing import cast
 
 from modelhost import TRITON_COMPAT_VERSION
@@ -139,6 +140,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     except RepositoryError as e:
         log.error("%s", e)
         return 1
+    backends = registry.backend_rows()
+    if backends:
+        log.info("\n%s", log_table(["Backend", "Path", "Config"], backends))
     log.info("\n%s", log_table(["Model", "Version", "Status"], registry.status_rows()))
     log.info("\n%s", _options_table(options, repos))
     if settings.rate_limiter is not None:
@@ -270,7 +274,10 @@ async def _stop(
     grpc_server: GrpcServer | None,
     timeout: float,
 ) -> bool:
-    """Stop serving; False when requests were still running at the timeout."""
+    """Stop serving; False when requests were still running at the timeout. It logs Triton's shutdown lines,
+    which scripts waiting for a clean stop look for."""
+    log.info("Waiting for in-flight requests to complete.")
+    deadline = time.monotonic() + timeout
     for http_server in http_servers:
         if http_server is not None:
             http_server.close()  # stop accepting; open connections finish what they have
@@ -282,6 +289,11 @@ async def _stop(
         drained = drained and frontends_done
     else:
         drained = await server.drain(timeout)
+    busy = server.registry.busy_versions()
+    left_s = max(0, round(deadline - time.monotonic()))
+    log.info("Timeout %d: Found %d model versions that have in-flight inferences", left_s, len(busy))
+    for name, version in busy:
+        log.info("Model '%s' (version %d) has in-flight inferences", name, version)
     if not drained:
         log.warning("exit timeout expired with %d requests still in flight", server.in_flight)
     for connection in list(connections):
@@ -294,9 +306,14 @@ async def _stop(
         server.tracer.close
     )  # the trace file is written now (log-frequency 0), or flushed
     if drained:
+        log.info("All models are stopped, unloading models")
         await asyncio.to_thread(
             server.close
         )  # with requests still running, their instances are left to the process exit
+        log.info(
+            "Timeout %d: Found 0 live models and 0 in-flight non-inference requests",
+            max(0, round(deadline - time.monotonic())),
+        )
     log.info("server stopped")
     return drained
 

@@ -14,6 +14,7 @@ in Triton's order, sorted by name, with a summary's `quantile` and a histogram's
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +26,8 @@ from modelhost.metrics_config import MetricsConfig, parse_metrics_config
 from modelhost.options import ServerOptions
 from modelhost.stats import FIRST_RESPONSE_HISTOGRAM, ModelStats, Summary, metrics_config
 from modelhost.stats import configure_metrics as configure_stats
+
+log = logging.getLogger(__name__)
 
 
 class ExportedModel(Protocol):
@@ -341,6 +344,7 @@ def start_polled_metrics(options: ServerOptions) -> tuple[list[PolledMetrics], l
     if options.allow_cpu_metrics:
         cpu = cpu_metrics.start_cpu_metrics()
         if cpu is not None:
+            log.info("Collecting CPU metrics")  # Triton's line
             polled.append(cpu)
             tasks.append(asyncio.create_task(cpu_metrics.poll_forever(cpu, interval)))
     if options.allow_gpu_metrics:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
 import tempfile
 import time
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from modelhost.backends.api import BackendContext, BackendServices, ModelInstance
-from modelhost.backends.registry import backend_for
+from modelhost.backends.registry import backend_for, backend_module
+from modelhost.classification import read_labels
 from modelhost.config import (
     complete_model_config,
     config_from_json,
@@ -626,6 +628,7 @@ class ModelRegistry:
             InstancePool([]),
             ensemble=EnsembleScheduler(plan, config, self.services),
         )
+        self._ensemble_labels(model, config, composing)
         # A decoupled ensemble is not cached (as a decoupled model: refused at load by Triton).
         model.stats.cached = (
             self.settings.response_cache and bool(config.response_cache.enable) and not plan.decoupled
@@ -633,6 +636,20 @@ class ModelRegistry:
         model.stats.load_duration_s = time.monotonic() - started
         log.info("successfully loaded '%s' version %d", name, version)
         return model
+
+    def _ensemble_labels(self, model: LoadedModel, config: Any, composing: dict[str, Any]) -> None:
+        """An ensemble output without labels of its own classifies with those of the composing model's output
+        it comes from, as Triton completes an ensemble's label provider at load."""
+        for step in config.ensemble_scheduling.step:
+            entry = self.models.get(step.model_name)
+            if entry is None or entry.model_dir is None:
+                continue
+            for produced, tensor in step.output_map.items():
+                if model.labels.get(tensor):
+                    continue
+                spec = next((o for o in composing[step.model_name].output if o.name == produced), None)
+                if tensor in model.labels and spec is not None and spec.label_filename:
+                    model.labels[tensor] = read_labels(entry.model_dir, spec.label_filename)
 
     async def _unload_dependents(self, name: str) -> None:
         """An ensemble cannot serve without its composing models: unloading one unloads the ensembles using it,
@@ -684,6 +701,7 @@ class ModelRegistry:
     ) -> LoadedModel:
         """Load one version (its instances, then warmup), retried --model-load-retry-count times."""
         attempts = 1 + max(0, self.settings.load_retries)
+        log.info("loading: %s:%d", name, version)  # Triton's line, which log scrapers wait for
         for attempt in range(1, attempts + 1):
             started = time.monotonic()
             try:
@@ -909,6 +927,14 @@ class ModelRegistry:
         try:
             for group, index, device in plan:
                 instances.append(backend.load_instance(ctx, group, index, device))
+                # Triton's line for a new instance (its backends', in their words)
+                log.info(
+                    "TRITONBACKEND_ModelInstanceInitialize: %s_%d (%s device %d)",
+                    group.name,
+                    index,
+                    "GPU" if group.kind == group.KIND_GPU else "CPU",
+                    device,
+                )
                 if group.kind == group.KIND_GPU:
                     # After the instance exists, as tritonserver checks (for every backend): its own memory
                     # counts against --model-load-gpu-limit.
@@ -1068,12 +1094,35 @@ class ModelRegistry:
             rows.append((str(item["name"]), str(item.get("version", "-")), status))
         return rows
 
+    def backend_rows(self) -> list[tuple[str, str, str]]:
+        """(backend, where it lives, its --backend-config settings) for the backends of the loaded models, as
+        Triton's startup table of backends."""
+        rows: dict[str, tuple[str, str, str]] = {}
+        for entry in self.models.values():
+            if not entry.serving() or is_ensemble(entry.config):
+                continue
+            name = entry.config.backend or entry.config.platform
+            settings = self.settings.backend_settings(name)
+            config = json.dumps({"cmdline": settings}, sort_keys=True) if settings else "{}"
+            rows.setdefault(name, (name, backend_module(name), config))
+        return sorted(rows.values())
+
+    def busy_versions(self) -> list[tuple[str, int]]:
+        """The loaded versions with requests queued or running."""
+        return [
+            (entry.name, version)
+            for entry in self.models.values()
+            for version, ventry in entry.versions.items()
+            if ventry.model is not None and ventry.model.busy
+        ]
+
     def close(self) -> None:
         for entry in self.models.values():
             for ventry in entry.versions.values():
                 if ventry.model is not None:
                     ventry.model.close()
                     ventry.model = None
+                    log.info("successfully unloaded '%s' version %d", entry.name, ventry.version)
                 ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED
             if entry.override_dir is not None:
                 entry.override_dir.cleanup()

@@ -122,10 +122,15 @@ def _add_sub_onnx(repo: Path) -> None:
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "diff_labels.txt" }
+]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """,
     )
+    # An ensemble output coming from OUTPUT1 classifies with these labels.
+    (repo / "add_sub_onnx" / "diff_labels.txt").write_text("first\nsecond\nthird\nfourth\n")
 
 
 def _scale2(repo: Path) -> None:

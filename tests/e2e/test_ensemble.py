@@ -95,6 +95,15 @@ def test_python_and_onnx_steps_side_by_side(api: Api) -> None:
     np.testing.assert_array_equal(result.as_numpy("ONNX_DIFF"), A - B)
 
 
+def test_an_output_classifies_with_the_labels_of_the_step_that_produces_it(api: Api) -> None:
+    # ONNX_DIFF is add_sub_onnx's OUTPUT1, which has a label file; the ensemble has none of its own (Triton's
+    # L0_infer classifies its ensembles so).
+    a, b = batch([1, 9, 3, 4]), batch([1, 1, 1, 1])
+    outputs = [api.module.InferRequestedOutput("ONNX_DIFF", class_count=2)]
+    result = api.client.infer("ens_parallel", api.inputs(A=a, B=b), outputs=outputs)
+    assert result.as_numpy("ONNX_DIFF").tolist() == [[b"8.000000:1:second", b"3.000000:3:fourth"]]
+
+
 def test_an_ensemble_of_an_ensemble(api: Api) -> None:
     np.testing.assert_array_equal(api.infer("ens_nested", A=A, B=B).as_numpy("SUM4"), 4 * (A + B))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import socket
 import threading
@@ -49,7 +50,19 @@ def test_sigterm_lets_in_flight_requests_finish(slow_repo: Path, tmp_path: Path)
     assert isinstance(outcome["result"], np.ndarray)
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://{server.http_url}/v2/health/live", timeout=2)
-    assert "server stopped" in server.log()
+    log = server.log()
+    assert "server stopped" in log
+    # Triton's lines for the load and the shutdown, which scripts (Triton's L0_logging among them) look for.
+    assert "loading: slow:1" in log
+    assert re.search(
+        r"\| onnxruntime +\| modelhost\.backends\.onnxruntime\.backend +\|", log
+    )  # backends table
+    assert re.search(r"TRITONBACKEND_ModelInstanceInitialize: slow_\d+_0 \(CPU device 0\)", log)
+    assert log.count("Waiting for in-flight requests to complete.") == 1
+    assert "Found 0 model versions that have in-flight inferences" in log
+    assert "All models are stopped, unloading models" in log
+    assert "successfully unloaded 'slow' version 1" in log
+    assert "Found 0 live models and 0 in-flight non-inference requests" in log
 
 
 def test_exit_timeout_bounds_shutdown(slow_repo: Path, tmp_path: Path) -> None:
@@ -62,7 +75,11 @@ def test_exit_timeout_bounds_shutdown(slow_repo: Path, tmp_path: Path) -> None:
     server.process.send_signal(signal.SIGINT)
     assert server.process.wait(20) == 0
     assert time.monotonic() - started < 15  # the request alone would run ~30 s
-    assert "exit timeout expired with 1 requests still in flight" in server.log()
+    log = server.log()
+    assert "exit timeout expired with 1 requests still in flight" in log
+    assert "Found 1 model versions that have in-flight inferences" in log
+    assert "Model 'slow' (version 1) has in-flight inferences" in log
+    assert "All models are stopped" not in log
     worker.join(60)
 
 

@@ -113,6 +113,12 @@ def _backend_class(name: str, model_name: str) -> type[Backend] | None:
     return cls
 
 
+def backend_module(name: str) -> str:
+    """The module that implements a backend ("" for a name no backend has)."""
+    entry = _BACKENDS.get(name)
+    return entry.target.partition(":")[0] if entry is not None else ""
+
+
 def backend_for(config: Any) -> Backend:
     """The backend that serves a normalised config."""
     name = config.backend or config.platform

@@ -15,6 +15,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 from modelhost.backends.registry import supported as served_backends
 from modelhost.compatibility.surface import (
     BACKEND_NOTES,
+    DELIBERATE_DIFFERENCES,
     EXTENSION_NOTES,
     FEATURES,
     GRPC_HEALTH,
@@ -23,6 +24,7 @@ from modelhost.compatibility.surface import (
     METRIC_CONDITIONS,
     METRIC_NOTES,
     PYTHON_API,
+    QA_SUITES_RESULT,
     TRITON_BACKENDS,
     TRITON_EXTENSIONS,
     TRITON_METRIC_FAMILIES,
@@ -213,6 +215,18 @@ def markdown(flags: Sequence[Any], sections: Sequence[str]) -> str:
         out.append("| " + " | ".join((*table.columns, "State", "Notes")) + " |")
         out.append("|" + "---|" * (len(table.columns) + 2))
         out += ["| " + " | ".join((*cells, _state(item), _note(item))) + " |" for cells, item in table.rows]
+    out += [
+        "",
+        "## Triton's own test suites",
+        "",
+        f"{QA_SUITES_RESULT}. `scripts/triton_qa.py` runs Triton's qa suites (`qa/L0_*` of its repository at",
+        "v2.51.0) against modelhost, on the CPU, as each suite's `test.sh` runs them against tritonserver; how to run",
+        "it, the suites, and each test that fails with its reason: [triton-qa.md](triton-qa.md).",
+        "",
+        "## Differences on purpose",
+        "",
+        *(f"- {difference}" for difference in DELIBERATE_DIFFERENCES),
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -686,8 +686,28 @@ FEATURES: tuple[Item, ...] = (
 )
 
 
+# --- Triton's own test suites ----------------------------------------------------------------------------------
+
+# The latest run of Triton's qa suites (qa/L0_* at v2.51.0) against modelhost with scripts/triton_qa.py, a
+# development and release tool (it needs a checkout of Triton's repository and minutes per suite, so CI does not
+# run it); docs/triton-qa.md lists the suites, how to run them, and every test that fails with its reason.
+QA_SUITES_RESULT = "Triton's qa suites: N of M tests pass, on 2026-11-27"
+
+# Answers that stay different from Triton's on purpose (the qa tests that expect Triton's fail on them).
+DELIBERATE_DIFFERENCES: tuple[str, ...] = (
+    "`--http-max-input-size` defaults to 64 MiB (Triton 2.51: no limit; later Triton releases adopted the same "
+    "default after a security advisory): larger requests are refused with 400 naming the flag",
+    "a clear 4xx where Triton answers 500 to a client's mistake: malformed JSON values, an empty shared-memory region "
+    "name, a shared-memory key that cannot be opened, an output larger than its shared-memory window, a region in "
+    "use that is unregistered (409), a python model's error response for invalid arguments",
+    "4xx and 5xx answers carry the error's own status where Triton answers a fixed one (`/generate` with other than "
+    "one answer: 400, Triton 200; a first /generate answer that is an error: its own status, Triton 400)",
+)
+
+
 __all__ = [
     "BACKEND_NOTES",
+    "DELIBERATE_DIFFERENCES",
     "EXTENSION_NOTES",
     "FEATURES",
     "GRPC_HEALTH",
@@ -696,6 +716,7 @@ __all__ = [
     "METRIC_CONDITIONS",
     "METRIC_NOTES",
     "PYTHON_API",
+    "QA_SUITES_RESULT",
     "TRITON_BACKENDS",
     "TRITON_EXTENSIONS",
     "TRITON_METRIC_FAMILIES",
