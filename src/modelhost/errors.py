@@ -108,6 +108,14 @@ class InternalError(ModelhostError):
     failure_reason = "BACKEND"
 
 
+class UnknownError(ModelhostError):
+    """A backend's error of Triton's UNKNOWN code (pb_utils.TritonError.UNKNOWN): gRPC UNKNOWN and, as
+    Triton's HTTP server has no better match for it, 400."""
+
+    grpc_code = grpc.StatusCode.UNKNOWN
+    failure_reason = "BACKEND"
+
+
 def request_failure_level(e: ModelhostError) -> int:
     """The level a failed request is logged at, the same for every endpoint and feature: ERROR only for a fault
     of the server itself (500); INFO for what the client asked wrongly or what this server does not offer or
@@ -129,6 +137,7 @@ __all__ = [
     "OutOfMemory",
     "Rejected",
     "Unavailable",
+    "UnknownError",
     "Unsupported",
     "UnsupportedMediaType",
     "request_failure_level",

@@ -563,6 +563,27 @@ def test_error_response_keeps_its_code(api: Api) -> None:
     assert error.message() == "bad thing"
 
 
+@pytest.mark.parametrize(
+    ("code", "http_status", "grpc_code"),
+    [
+        (0, 400, grpc.StatusCode.UNKNOWN),  # Triton's HTTP server answers UNKNOWN with 400
+        (1, 500, grpc.StatusCode.INTERNAL),
+        (2, 404, grpc.StatusCode.NOT_FOUND),
+        (4, 503, grpc.StatusCode.UNAVAILABLE),
+        (5, 501, grpc.StatusCode.UNIMPLEMENTED),
+        (6, 400, grpc.StatusCode.ALREADY_EXISTS),
+        (7, 400, grpc.StatusCode.CANCELLED),
+    ],
+)
+def test_each_error_code_reaches_the_client(
+    api: Api, code: int, http_status: int, grpc_code: grpc.StatusCode
+) -> None:
+    # Triton's L0_backend_python lifecycle test_error_code: the code of pb_utils.TritonError is the status.
+    error = failure(lambda: api.infer("error_response", INPUT0=fp32(code)))
+    assert error.status() == api.status(http_status, grpc_code)
+    assert error.message() == "bad thing"
+
+
 def test_a_grpc_deadline_cancels_the_hanging_request(grpc_client: grpcclient.InferenceServerClient) -> None:
     api = Api("grpc", grpcclient, grpc_client)
     hang = api.inputs(INPUT0=fp32(1), HANG_S=fp32(20))

@@ -42,6 +42,7 @@ from modelhost.errors import (
     NotFound,
     OutOfMemory,
     Unavailable,
+    UnknownError,
     Unsupported,
 )
 from modelhost.io_specs import TensorSpec, format_shape, output_specs
@@ -57,7 +58,7 @@ READY_CHECK_TIMEOUT_S = 5.0
 
 # pb_utils.TritonError codes (Triton's enum order) <-> modelhost's errors.
 _ERRORS_BY_CODE: dict[int, type[ModelhostError]] = {
-    0: InternalError,  # UNKNOWN
+    0: UnknownError,
     1: InternalError,  # INTERNAL
     2: NotFound,
     3: InvalidArgument,
@@ -67,6 +68,7 @@ _ERRORS_BY_CODE: dict[int, type[ModelhostError]] = {
     7: Cancelled,
 }
 _CODES_BY_ERROR: dict[type[ModelhostError], int] = {
+    UnknownError: 0,
     NotFound: 2,
     InvalidArgument: 3,
     Unavailable: 4,

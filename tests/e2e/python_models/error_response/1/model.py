@@ -1,13 +1,25 @@
-"""Answers every request with an error response (INVALID_ARG), not an exception."""
+"""Answers every request with an error response, not an exception: INVALID_ARG, or the pb_utils.TritonError
+code INPUT0[0] names when it is a whole number of that enum (0 UNKNOWN ... 7 CANCELLED)."""
 
 import triton_python_backend_utils as pb_utils
+
+CODES = [
+    pb_utils.TritonError.UNKNOWN,
+    pb_utils.TritonError.INTERNAL,
+    pb_utils.TritonError.NOT_FOUND,
+    pb_utils.TritonError.INVALID_ARG,
+    pb_utils.TritonError.UNAVAILABLE,
+    pb_utils.TritonError.UNSUPPORTED,
+    pb_utils.TritonError.ALREADY_EXISTS,
+    pb_utils.TritonError.CANCELLED,
+]
 
 
 class TritonPythonModel:
     def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                error=pb_utils.TritonError("bad thing", pb_utils.TritonError.INVALID_ARG)
-            )
-            for _ in requests
-        ]
+        responses = []
+        for request in requests:
+            first = float(pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy().flat[0])
+            code = CODES[int(first)] if first.is_integer() and 0 <= first < len(CODES) else CODES[3]
+            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("bad thing", code)))
+        return responses
