@@ -4,6 +4,7 @@ without a server, are in tests/frontends/grpc/test_connection.py."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -294,3 +295,22 @@ def test_go_away_on_shutdown(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(InferenceServerException):
         c.is_server_live()
     c.close()
+
+
+def test_tritons_response_delay_hook_holds_every_answer_but_inference(repo: Path, tmp_path: Path) -> None:
+    # TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC, which Triton's L0_client_timeout sets to test client
+    # timeouts on every non-inference API.
+    env = {**os.environ, "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC": "2"}
+    with running_server([repo], tmp_path / "server.log", env=env) as delayed:
+        c = grpcclient.InferenceServerClient(delayed.grpc_url)
+        for call in (
+            c.get_server_metadata,
+            c.is_server_live,
+            lambda **kw: c.get_model_config("identity", **kw),
+        ):
+            with pytest.raises(InferenceServerException) as e:
+                call(client_timeout=0.1)
+            assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        assert c.get_server_metadata(client_timeout=30).name == "triton"
+        still_serving(c)
+        c.close()

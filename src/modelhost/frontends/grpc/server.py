@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
+from typing import Any
 
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
@@ -19,6 +22,29 @@ log = logging.getLogger("modelhost.grpc")
 MAX_MESSAGE_SIZE = 2**31 - 1
 
 
+def _debug_response_delay() -> int:
+    """TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC: Triton's testing hook (in its release builds too) that holds
+    every gRPC answer but inference's for that many seconds; its qa suites set it to test client timeouts."""
+    value = os.environ.get("TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC", "")
+    try:
+        return max(0, int(value)) if value else 0
+    except ValueError:
+        log.warning("TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC=%r is not a whole number: ignored", value)
+        return 0
+
+
+def _delayed(method: Method, delay_s: int) -> Method:
+    if method.streaming or method.name == "ModelInfer":
+        return method
+    handler = method.handler
+
+    async def delayed(request: Any, context: Any) -> Any:
+        await asyncio.sleep(delay_s)
+        return await handler(request, context)
+
+    return dataclasses.replace(method, handler=delayed)
+
+
 class GrpcServer:
     def __init__(self, server: Server, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
         self.methods: dict[bytes, Method] = {
@@ -27,6 +53,9 @@ class GrpcServer:
             ),
             **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], HealthService(server)),
         }
+        delay_s = _debug_response_delay()
+        if delay_s:
+            self.methods = {path: _delayed(m, delay_s) for path, m in self.methods.items()}
         self.max_message_size = max_message_size
         self.connections: set[GrpcConnection] = set()
         self.listener: asyncio.Server | None = None
