@@ -301,7 +301,7 @@ def test_tritons_response_delay_hook_holds_every_answer_but_inference(repo: Path
     # TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC, which Triton's L0_client_timeout sets to test client
     # timeouts on every non-inference API.
     env = {**os.environ, "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC": "2"}
-    with running_server([repo], tmp_path / "server.log", env=env) as delayed:
+    with running_server([repo], tmp_path / "server.log", "--log-verbose=1", env=env) as delayed:
         c = grpcclient.InferenceServerClient(delayed.grpc_url)
         for call in (
             c.get_server_metadata,
@@ -314,3 +314,5 @@ def test_tritons_response_delay_hook_holds_every_answer_but_inference(repo: Path
         assert c.get_server_metadata(client_timeout=30).name == "triton"
         still_serving(c)
         c.close()
+        # Triton's verbose line for a call cancelled by its deadline, which L0_request_cancellation looks for.
+        assert "Cancellation notification received for ServerMetadataHandler" in delayed.log()

@@ -108,6 +108,13 @@ class _Call:
         self.message: bytes | None = None  # a unary call's request, once it has arrived
 
 
+def _log_cancellation(call: _Call, why: str) -> None:
+    if log.isEnabledFor(logging.DEBUG):  # Triton's verbose line, which its qa suites look for
+        log.debug(
+            "Cancellation notification received for %sHandler, stream %d: %s", call.method.name, call.id, why
+        )
+
+
 class GrpcConnection(asyncio.Protocol):
     def __init__(
         self, methods: dict[bytes, Method], max_message_size: int, connections: set[GrpcConnection]
@@ -167,6 +174,7 @@ class GrpcConnection(asyncio.Protocol):
         self.connections.discard(self)
         self.can_write.set()
         for call in list(self.calls.values()):
+            _log_cancellation(call, "the connection was lost")
             self._forget(call)
             if call.task is not None:
                 call.task.cancel()
@@ -307,6 +315,7 @@ class GrpcConnection(asyncio.Protocol):
             self.close()
         call = self.calls.get(event.stream_id)
         if call is not None:  # the client cancelled the call
+            _log_cancellation(call, "the client reset the stream")
             self._forget(call)
             if call.task is not None:
                 call.task.cancel()
@@ -398,6 +407,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def _deadline_expired(self, call: _Call) -> None:
         # Answered here, whether its handler runs or its request is still arriving; the handler is then cancelled.
+        _log_cancellation(call, "its deadline expired")
         self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         if call.task is not None:
             call.task.cancel()
