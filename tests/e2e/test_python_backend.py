@@ -411,6 +411,18 @@ def test_stream_error_response_of_a_decoupled_model(stream: Stream) -> None:
     assert send_marker(stream).request_id == "marker"  # nothing more for "bad"
 
 
+def test_a_decoupled_model_that_returns_responses_fails_its_requests(stream: Stream) -> None:
+    # Triton's L0_backend_python decoupled test_decoupled_return_response_error (the stream waited forever).
+    stream.send("decoupled_returns", "returns", IN=np.array([1], dtype=np.int32))
+    error = stream.next().error
+    assert error is not None
+    assert (
+        "Python model 'decoupled_returns_0' is using the decoupled mode and the execute function must "
+        "return None." in error
+    )
+    assert send_marker(stream).request_id == "marker"
+
+
 def test_stream_square(stream: Stream) -> None:
     stream.send("square_decoupled", "sq", empty_final=True, IN=np.array([3], dtype=np.int32))
     assert stream.take(4) == [StreamReply("sq", {"OUT": [3]}, False)] * 3 + [StreamReply("sq", {}, True)]

@@ -320,6 +320,11 @@ class Stub:
             returned = self._call(self.model.execute, requests)
             if not self.decoupled:
                 reply["responses"] = self._responses(requests, keys, returned)
+            elif returned is not None:  # its responses go through the senders; these would be lost unsaid
+                raise ExecuteError(
+                    f"Python model '{self.instance_name}' is using the decoupled mode and the execute function "
+                    "must return None."
+                )
         except BaseException as e:
             reply["error"] = (
                 f"Failed to process the request(s) for model '{self.instance_name}', message: {error_text(e)}"

@@ -1,0 +1,14 @@
+"""A decoupled model whose execute returns responses instead of sending them (Triton's
+decoupled_return_response_error): each request gets an error."""
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
