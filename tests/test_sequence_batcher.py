@@ -319,6 +319,23 @@ def test_a_sequence_stays_on_its_instance() -> None:
     run(go())
 
 
+def test_rows_are_in_slot_order_whatever_the_arrival_order(hooks: Callable[[int, int], None]) -> None:
+    # A model keeping state per batch slot (Triton's sequence test backend, in L0_sequence_batcher) must find each
+    # sequence at its slot's row in every batch, though the sequences' next requests arrive in another order.
+    hooks(8)
+    fake = Accumulator()
+    b, _ = make(f"max_batch_size: 4 sequence_batching {{ {CONTROLS} }}", fake)
+
+    async def go() -> None:
+        tasks = [asyncio.create_task(b.execute(job(c, c, start=True))) for c in (1, 2, 3, 4)]
+        await until(lambda: b.queued() == 4)
+        tasks += [asyncio.create_task(b.execute(job(c, 10 * c, end=True))) for c in (4, 2, 3, 1)]
+        await asyncio.gather(*tasks)
+
+    run(go())
+    assert [batch["CORRID"].ravel().tolist() for batch in fake.batches] == [[1, 2, 3, 4], [1, 2, 3, 4]]
+
+
 def test_a_failed_request_in_a_batch_fails_alone(hooks: Callable[[int, int], None]) -> None:
     hooks(2, 0)
     manual = Manual()

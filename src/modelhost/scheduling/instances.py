@@ -321,16 +321,19 @@ class InstancePool:
         result: asyncio.Future[Arrays],
         outcome: tuple[Arrays, int, int] | BaseException,
     ) -> None:
-        self.release(worker)  # first: the next queued job starts at once
+        # The result first, then the instance: both only schedule what follows them, and the caller's completion
+        # callbacks must run before the instance's next user does (a sequence's next request reads the state
+        # its predecessor's completion wrote); the next queued job still starts in this same call.
         if isinstance(outcome, BaseException):
             if not result.done():
                 result.set_exception(outcome)
-            return
-        arrays, elapsed, cpu = outcome
-        self._observe(cpu)
-        job.timing.infer_ns = elapsed
-        if not result.done():  # the caller may have gone away meanwhile
-            result.set_result(arrays)
+        else:
+            arrays, elapsed, cpu = outcome
+            self._observe(cpu)
+            job.timing.infer_ns = elapsed
+            if not result.done():  # the caller may have gone away meanwhile
+                result.set_result(arrays)
+        self.release(worker)
 
     def start_jobs(self, worker: Worker, jobs: list[Job], result: asyncio.Future[JobOutcomes]) -> None:
         """Run requests on a request-level instance; `result` gets one outcome per job, in order."""
@@ -344,11 +347,11 @@ class InstancePool:
         started = time.perf_counter_ns()
 
         def done(outcomes: JobOutcomes) -> None:
-            self.release(worker)  # first: the next queued job goes out at once
             elapsed = time.perf_counter_ns() - started
             for job in jobs:
                 job.timing.infer_ns = elapsed
-            answer(outcomes)
+            answer(outcomes)  # before the release, as in _finish
+            self.release(worker)
 
         worker.requests.submit(jobs, done)
 

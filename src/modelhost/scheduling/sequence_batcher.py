@@ -437,6 +437,9 @@ class SequenceBatcher:
                 return heads[: self.max_rows]
             best = max((p for p in self.preferred if p <= len(heads)), default=0)
             return heads[:best] if best else None
+        # Rows in slot order, as Triton's direct strategy: a model keeping state per batch slot (Triton's own
+        # sequence test backend) finds each sequence at its slot's row while the slots below it are occupied.
+        heads.sort(key=lambda r: r.sequence.slot)
         occupied = sum(1 for s in lane.slots if s is not None)
         if force or not self.delay_ns or len(heads) >= occupied:
             return heads
