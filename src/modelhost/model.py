@@ -15,6 +15,7 @@ import numpy as np
 
 from modelhost.backends.api import Arrays
 from modelhost.classification import classify, read_labels
+from modelhost.datatypes import NUMPY_TO_WIRE
 from modelhost.errors import DecoupledModel, InvalidArgument
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
@@ -86,6 +87,9 @@ class LoadedModel:
         self.all_output_names = list(self.outputs)
         self.labels = {n: read_labels(model_dir, s.label_filename) for n, s in self.outputs.items()}
         self.platform = config.platform or config.backend
+        # A python model's outputs go out in the data type the model gave them, whatever the config says, as
+        # Triton's python backend passes them; other backends' outputs are the config's type.
+        self.outputs_typed_by_model = config.backend == "python"
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.stats = ModelStats(name, self.version_str)
         # The scheduler in front of the instances (scheduling/): a request alone on an idle instance, or batched.
@@ -311,6 +315,10 @@ class LoadedModel:
             if count:
                 array = classify(array, datatype, count, self.max_batch_size > 0, self.labels[name])
                 datatype = "BYTES"
+            elif self.outputs_typed_by_model:
+                own = NUMPY_TO_WIRE.get(array.dtype)
+                if own is not None and own != datatype and not (datatype == "BF16" and own == "UINT16"):
+                    datatype = own
             elif array.dtype != spec.dtype and datatype != "BYTES":
                 array = np.asarray(array, dtype=spec.dtype)
             outputs.append(Tensor(name, datatype, list(array.shape), array))

@@ -569,19 +569,18 @@ class PythonInstance:
     def _check_outputs(self, job: Job, arrays: Arrays) -> Arrays | BaseException:
         """The requested outputs the model returned, as Triton's python backend passes them on: the others are
         dropped (an output the client did not ask for, or that the config does not name), a requested one the
-        model left out is left out of the response, and the shape is the model's, whatever the config says.
-        Checked, so that the answer on the wire is well-formed (a failure names the model): the data type (a
-        difference: Triton passes any through), and a shape the config's `reshape` can be applied to."""
+        model left out is left out of the response, and the shape and data type are the model's, whatever the
+        config says. Checked, so that the answer on the wire is well-formed (a failure names the model): a data
+        type the protocol has, and a shape the config's `reshape` can be applied to."""
         checked: Arrays = {}
         for name in job.output_names:
             array, spec = arrays.get(name), self.outputs.get(name)
             if array is None or spec is None:
                 continue
-            datatype = ipc.datatype_of(array)
-            if datatype != spec.datatype and not (spec.datatype == "BF16" and datatype == "UINT16"):
+            if ipc.datatype_of(array) is None:
                 return InternalError(
-                    f"model '{self.model_name}' returned output '{name}' with data type {datatype}, but its "
-                    f"configuration says {spec.datatype}"
+                    f"model '{self.model_name}' returned output '{name}' of numpy type {array.dtype}, which has "
+                    "no Triton data type"
                 )
             if spec.reshape is not None and not self._reshapes(array, spec.dims):
                 return InternalError(
