@@ -29,7 +29,7 @@ from e2e.models import add_versioned_add
 from e2e.server_process import LOAD_ALL_EXPLICITLY, RunningServer, running_server
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
-FAILING_TO_LOAD = ("import_error", "init_error")
+FAILING_TO_LOAD = ("import_error", "init_error", "bls_init_error")
 
 
 @pytest.fixture(scope="module")
@@ -491,6 +491,12 @@ def test_stream_errors_of_faulty_models(stream: Stream) -> None:
             "Internal: TritonModelException: init_error: initialize fails on purpose",
             "/init_error/1/model.py(8): initialize",
             id="init_error",
+        ),
+        pytest.param(
+            "bls_init_error",
+            "Internal: TritonModelException: BLS is only supported during the 'execute' function.",
+            "/bls_init_error/1/model.py(14): initialize",
+            id="bls_init_error",
         ),
     ],
 )

@@ -105,6 +105,9 @@ class Stub:
         self.model_name = ""
         self.instance_name = ""
         self.decoupled = False
+        # BLS only between initialize and finalize, as Triton (its parent side serves it on the running server).
+        self.initialized = False
+        self.finalizing = False
         # The CUDA device inputs are given on (FORCE_CPU_ONLY_INPUT_TENSORS "no" on a KIND_GPU instance), or None.
         self.input_device: int | None = None
         self._ids = itertools.count(1)
@@ -236,6 +239,7 @@ class Stub:
             initialize = getattr(self.model, "initialize", None)
             if initialize is not None:
                 self._call(initialize, message["args"])
+            self.initialized = True
         except BaseException as e:
             self.channel_send({"op": "init_done", "error": error_text(e)})
             return
@@ -299,6 +303,7 @@ class Stub:
         self.channel_send({"op": "ready_done", "id": message["id"], "ready": ready})
 
     def on_finalize(self, message: dict[str, Any]) -> None:
+        self.finalizing = True
         finalize = getattr(self.model, "finalize", None)
         error = None
         if finalize is not None:
@@ -432,6 +437,8 @@ class Stub:
     def _bls_message(
         self, request: pb_utils.InferenceRequest, decoupled: bool, timeout_us: int
     ) -> dict[str, Any]:
+        if not self.initialized or self.finalizing:
+            raise pb_utils.TritonModelException("BLS is only supported during the 'execute' function.")
         inputs = [put_tensor(self.arena, t.name(), t._host_array()) for t in request.inputs()]
         version = request.model_version()
         return {
