@@ -336,6 +336,37 @@ def test_rows_are_in_slot_order_whatever_the_arrival_order(hooks: Callable[[int,
     assert [batch["CORRID"].ravel().tolist() for batch in fake.batches] == [[1, 2, 3, 4], [1, 2, 3, 4]]
 
 
+@pytest.mark.parametrize(("utilization", "waits"), [(1.0, True), (0.5, False), (0.0, False)])
+def test_direct_queue_delay_waits_only_for_the_share_of_slots_asked(utilization: float, waits: bool) -> None:
+    # Triton's rule (L0_sequence_batcher test_queue_delay_*_min_util): with a queue delay and a minimum slot
+    # utilization, a batch waits until that share of the instance's slots has a request (or the delay ends);
+    # with a utilization of 0 it does not wait at all. The delay here is longer than any test.
+    manual = Manual()
+    b, _ = make(
+        "max_batch_size: 2 sequence_batching { direct { max_queue_delay_microseconds: 600000000 "
+        f"minimum_slot_utilization: {utilization} }} }}",
+        manual,
+    )
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(job(1, 1, start=True)))
+        if waits:
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert manual.calls == []  # one slot of two has a request
+            second = asyncio.create_task(b.execute(job(2, 2, start=True)))
+            await until(lambda: len(manual.calls) == 1)
+            assert len(manual.calls[0][0]) == 2
+            manual.answer(0)
+            await asyncio.gather(first, second)
+        else:
+            await until(lambda: len(manual.calls) == 1)
+            manual.answer(0)
+            await first
+
+    run(go())
+
+
 def test_a_failed_request_in_a_batch_fails_alone(hooks: Callable[[int, int], None]) -> None:
     hooks(2, 0)
     manual = Manual()

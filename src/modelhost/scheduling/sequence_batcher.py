@@ -440,10 +440,11 @@ class SequenceBatcher:
         # Rows in slot order, as Triton's direct strategy: a model keeping state per batch slot (Triton's own
         # sequence test backend) finds each sequence at its slot's row while the slots below it are occupied.
         heads.sort(key=lambda r: r.sequence.slot)
-        occupied = sum(1 for s in lane.slots if s is not None)
-        if force or not self.delay_ns or len(heads) >= occupied:
+        # Triton's rule: without both a queue delay and a minimum slot utilization, at once; else once that share
+        # of the instance's slots has a request, or the oldest has waited out the delay.
+        if force or not self.delay_ns or not self.min_utilization:
             return heads
-        if self.min_utilization and len(heads) / len(lane.slots) >= self.min_utilization:
+        if len(heads) / len(lane.slots) >= self.min_utilization:
             return heads
         return None
 
