@@ -336,6 +336,53 @@ def test_rows_are_in_slot_order_whatever_the_arrival_order(hooks: Callable[[int,
     assert [batch["CORRID"].ravel().tolist() for batch in fake.batches] == [[1, 2, 3, 4], [1, 2, 3, 4]]
 
 
+def test_an_empty_slot_below_a_used_one_is_padded_with_a_null_row(hooks: Callable[[int, int], None]) -> None:
+    # As Triton's direct strategy: the rows of a batch are the slots up to the highest used one; an empty slot's
+    # row has READY false (its answer dropped). The batch size counts it, the inference count does not.
+    hooks(3)
+    fake = Accumulator()
+    b, stats = make(f"max_batch_size: 4 sequence_batching {{ {CONTROLS} {STATE} }}", fake)
+
+    async def go() -> None:
+        first = [
+            asyncio.create_task(b.execute(job(c, c, start=True, end=c == 2))) for c in (1, 2, 3)
+        ]  # slots 0, 1, 2; sequence 2 ends at once
+        await asyncio.gather(*first)
+        second = [asyncio.create_task(b.execute(job(c, 10 * c, end=True))) for c in (1, 3)]
+        assert [int(o["OUT"][0, 0]) for o in await asyncio.gather(*second)] == [11, 33]
+
+    run(go())
+    padded = fake.batches[1]
+    assert padded["CORRID"].ravel().tolist() == [1, 0, 3]
+    assert padded["READY"].ravel().tolist() == [True, False, True]
+    assert padded["IN"].ravel().tolist() == [10, 0, 30]
+    assert padded["STATE_IN"].ravel().tolist() == [1, 0, 3]  # the null row's state is the initial one
+    assert sorted(stats.batches) == [3] and stats.execution_count == 2 and stats.inference_count == 5
+
+
+def test_a_request_level_model_gets_a_null_request_for_an_empty_slot(
+    hooks: Callable[[int, int], None],
+) -> None:
+    hooks(3)
+    manual = Manual()
+    b, _ = make(f"max_batch_size: 4 sequence_batching {{ {CONTROLS} }}", manual)
+
+    async def go() -> None:
+        first = [asyncio.create_task(b.execute(job(c, c, start=True, end=c == 2))) for c in (1, 2, 3)]
+        await until(lambda: len(manual.calls) == 1)
+        manual.answer(0)
+        await asyncio.gather(*first)
+        second = [asyncio.create_task(b.execute(job(c, 10 * c, end=True))) for c in (1, 3)]
+        await until(lambda: len(manual.calls) == 2)
+        jobs, _ = manual.calls[1]
+        assert [j.request is None for j in jobs] == [False, True, False]
+        assert [bool(j.inputs["READY"].ravel()[0]) for j in jobs] == [True, False, True]
+        manual.answer(1, {"OUT": np.array([[1]])}, InternalError("a null request's answer is dropped"), {})
+        assert [o.get("OUT") is not None for o in await asyncio.gather(*second)] == [True, False]
+
+    run(go())
+
+
 @pytest.mark.parametrize(("utilization", "waits"), [(1.0, True), (0.5, False), (0.0, False)])
 def test_direct_queue_delay_waits_only_for_the_share_of_slots_asked(utilization: float, waits: bool) -> None:
     # Triton's rule (L0_sequence_batcher test_queue_delay_*_min_util): with a queue delay and a minimum slot

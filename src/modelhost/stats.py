@@ -332,10 +332,13 @@ class ModelStats:
         if _config.summary_latencies:
             self.summaries = LatencySummaries(_config.summary_quantiles)
 
-    def executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """One execution of the model on `batch_size` rows."""
+    def executed(
+        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int, *, inferences: int | None = None
+    ) -> None:
+        """One execution of the model on `batch_size` rows, `inferences` of them requests' (all by default; the
+        sequence batcher's padding rows are not)."""
         self.execution_count += 1
-        self.inference_count += batch_size
+        self.inference_count += batch_size if inferences is None else inferences
         stats = self.batches.get(batch_size)
         if stats is None:
             stats = self.batches[batch_size] = BatchStats()

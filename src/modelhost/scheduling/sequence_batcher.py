@@ -527,6 +527,32 @@ class SequenceBatcher:
             on = True
         return np.full(shape, control.false_true[1 if on else 0], dtype=control.dtype)
 
+    def _null_row(self, like: Arrays) -> Arrays:
+        """A padding row for an empty slot, as Triton's null request: the data inputs zeros of a real row's
+        shapes, READY (and START, END) false, CORRID 0, the states their initial values."""
+        row: Arrays = {}
+        for name, array in like.items():
+            row[name] = np.full_like(array, b"") if array.dtype == np.object_ else np.zeros_like(array)
+        shape = [1, 1] if self.batching else [1]
+        for control in self.controls:
+            if control.kind == _Kind.CONTROL_SEQUENCE_CORRID:
+                row[control.name] = np.full(
+                    shape, b"" if control.dtype == np.object_ else 0, dtype=control.dtype
+                )
+            else:
+                row[control.name] = np.full(shape, control.false_true[0], dtype=control.dtype)
+        for state in self.states:
+            row[state.input_name] = state.initial
+        return row
+
+    def _rows(self, runnable: list[_Request]) -> list[int]:
+        """The row of each request: its slot's index with the direct strategy (Triton pads the empty slots
+        below the highest one used with null rows, so that a model keeping state per slot finds each sequence
+        at its slot's row), else its place in the batch."""
+        if self.oldest or not self.batching:
+            return list(range(len(runnable)))
+        return [r.sequence.slot for r in runnable]
+
     def _launch(self, worker: Worker, batch: list[_Request]) -> None:
         started = time.perf_counter_ns()
         runnable: list[_Request] = []
@@ -545,42 +571,54 @@ class SequenceBatcher:
         if not runnable:
             self.pool.release(worker)
             return
+        rows = self._rows(runnable)
+        by_row = dict(zip(rows, fed, strict=True))
+        size = max(rows) + 1
+        null = self._null_row(fed[0]) if size > len(rows) else {}
+        all_rows = [by_row.get(i, null) for i in range(size)]
         if self.pool.request_level:
             for request, inputs in zip(runnable, fed, strict=True):
                 request.job.inputs = inputs  # the model gets its controls; the caller no longer reads them
+            jobs = {row: r.job for row, r in zip(rows, runnable, strict=True)}
+            padded = [jobs[i] if i in jobs else Job(dict(null), [], 1) for i in range(size)]
             input_ns = time.perf_counter_ns() - started
             outcomes: asyncio.Future[JobOutcomes] = asyncio.get_running_loop().create_future()
-            outcomes.add_done_callback(lambda f: self._complete_requests(runnable, f, input_ns))
-            self.pool.start_jobs(worker, [r.job for r in runnable], outcomes)
+            outcomes.add_done_callback(
+                lambda f: self._complete_requests(runnable, rows, len(padded), f, input_ns)
+            )
+            self.pool.start_jobs(worker, padded, outcomes)
             return
         names = fed[0].keys()
-        inputs = fed[0] if len(fed) == 1 else {n: np.concatenate([f[n] for f in fed]) for n in names}
+        inputs = (
+            fed[0] if len(all_rows) == 1 else {n: np.concatenate([row[n] for row in all_rows]) for n in names}
+        )
         wanted = {n for r in runnable for n in r.job.output_names} | {s.output_name for s in self.states}
-        job = Job(inputs, sorted(wanted), len(runnable))
+        job = Job(inputs, sorted(wanted), len(all_rows))
         input_ns = time.perf_counter_ns() - started
         result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
-        result.add_done_callback(lambda f: self._complete(runnable, job, f, input_ns))
+        result.add_done_callback(lambda f: self._complete(runnable, rows, job, f, input_ns))
         self.pool.start(worker, job, result)
 
     def _complete(
-        self, batch: list[_Request], job: Job, result: asyncio.Future[Arrays], input_ns: int
+        self, batch: list[_Request], rows: list[int], job: Job, result: asyncio.Future[Arrays], input_ns: int
     ) -> None:
         started = time.perf_counter_ns()
         error = result.exception()
         answers: list[Arrays | BaseException] = []
         if error is not None:
             answers = [error] * len(batch)
-        elif len(batch) == 1:  # whole outputs: a model without batching has no rows to slice
+        elif job.batch_size == 1:  # whole outputs: a model without batching has no rows to slice
             outputs = result.result()
             self._keep_state(batch[0].sequence, outputs, None)
             answers.append({n: outputs[n] for n in batch[0].job.output_names})
         else:
             outputs = result.result()
-            for row, request in enumerate(batch):
+            for row, request in zip(rows, batch, strict=True):
                 self._keep_state(request.sequence, outputs, row)
                 answers.append({n: outputs[n][row : row + 1] for n in request.job.output_names})
         output_ns = time.perf_counter_ns() - started
-        self.stats.executed(len(batch), input_ns, job.timing.infer_ns, output_ns)
+        # As Triton: the execution's batch size counts the padding rows, the inference count the requests.
+        self.stats.executed(job.batch_size, input_ns, job.timing.infer_ns, output_ns, inferences=len(batch))
         for request, answer in zip(batch, answers, strict=True):
             request.job.timing.input_ns += input_ns
             request.job.timing.infer_ns = job.timing.infer_ns
@@ -595,12 +633,17 @@ class SequenceBatcher:
                 sequence.state[state.input_name] = np.array(row_value, dtype=state.initial.dtype)
 
     def _complete_requests(
-        self, batch: list[_Request], result: asyncio.Future[JobOutcomes], input_ns: int
+        self,
+        batch: list[_Request],
+        rows: list[int],
+        size: int,
+        result: asyncio.Future[JobOutcomes],
+        input_ns: int,
     ) -> None:
         outcomes = result.result()
-        self.stats.executed(len(batch), input_ns, batch[0].job.timing.infer_ns, 0)
-        for request, outcome in zip(batch, outcomes, strict=True):
-            self._done(request, outcome)
+        self.stats.executed(size, input_ns, batch[0].job.timing.infer_ns, 0, inferences=len(batch))
+        for request, row in zip(batch, rows, strict=True):
+            self._done(request, outcomes[row])  # the padding rows' answers are dropped
 
     def _done(self, request: _Request, answer: Arrays | BaseException) -> None:
         sequence = request.sequence
