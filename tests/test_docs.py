@@ -72,6 +72,9 @@ OTHER_TOOLS = {
     "--keep",
     "--resolve-only",
     "--gpus",
+    # git (docs/triton-qa.md)
+    "--depth",
+    "--branch",
 }
 # perf_analyzer options docs/perf.md lists as not supported by `modelhost perf`.
 PERF_ANALYZER_ONLY = {
@@ -118,7 +121,8 @@ def _known_flags() -> set[str]:
     known = {f"--{name}" for name in FLAGS_BY_NAME}
     for parser in (serve_parser(), perf_parser(), tune_parser(), convert_parser()):
         known |= {option for action in parser._actions for option in action.option_strings}
-    for script in (ROOT / "benchmarks").glob("*.py"):  # the benchmark scripts the docs tell to run
+    scripts = [*(ROOT / "benchmarks").glob("*.py"), ROOT / "scripts" / "triton_qa" / "cli.py"]
+    for script in scripts:  # the benchmark scripts and tools the docs tell to run
         known |= set(re.findall(r"[\"'](--[a-z][a-z0-9-]*)[\"']", script.read_text(encoding="utf-8")))
     return known | {"--dry-run", "--version", "--help"}  # `modelhost sagemaker --dry-run`, the top parser's
 
