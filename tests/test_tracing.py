@@ -125,23 +125,80 @@ def test_the_file_sink_writes_at_close_or_every_log_frequency_traces(tmp_path: P
     assert sorted(p.name for p in tmp_path.glob("t.json.*")) == ["t.json.0", "t.json.1", "t.json.2"]
 
 
-def test_the_opentelemetry_sink_makes_a_child_span_of_the_callers_trace() -> None:
+def _stamped(
+    trace_id: int, model: str, names: list[str], parent_id: int = 0, ensemble: bool = False
+) -> Trace:
+    trace = Trace(trace_id, model, "1", "r", TraceSettings(("TIMESTAMPS",)), parent_id=parent_id)
+    for i, name in enumerate(names):
+        trace.stamp(name, 100 + i)
+    trace.ensemble = ensemble
+    return trace
+
+
+CORE = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START"]
+CORE_END = ["INFER_RESPONSE_COMPLETE", "COMPUTE_END", "REQUEST_END"]
+
+
+def test_the_opentelemetry_sink_makes_tritons_spans_under_the_callers_trace() -> None:
+    # Triton's spans (L0_trace opentelemetry_unittest): InferRequest with the frontend's events, the model's span
+    # with the request's, its compute span; an ensemble's step under the ensemble's span, the ensemble without a
+    # compute span of its own.
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from modelhost.tracing.settings import OpenTelemetrySettings
 
     exporter = InMemorySpanExporter()
     sink = OpenTelemetrySink(OpenTelemetrySettings(resource={"deployment": "test"}), exporter)
-    trace = _trace(7)
-    trace.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    sink.add(trace)
+    step = _stamped(8, "simple", CORE + CORE_END, parent_id=7)
+    ensemble = _stamped(
+        7, "ens", ["HTTP_RECV_START", "HTTP_RECV_END", *CORE, *CORE_END, "HTTP_SEND_START"], ensemble=True
+    )
+    ensemble.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    sink.add(step)  # a step ends before its ensemble
+    assert exporter.get_finished_spans() == ()
+    sink.add(ensemble)
     sink.close()
-    (span,) = exporter.get_finished_spans()
-    assert format(span.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
-    assert span.parent is not None and format(span.parent.span_id, "016x") == "b7ad6b7169203331"
-    assert [e.name for e in span.events] == ["REQUEST_START", "REQUEST_END"]
-    assert span.attributes is not None and span.attributes["triton.model_name"] == "m"
-    assert span.resource.attributes["deployment"] == "test"
+    spans = {
+        s.name if s.name != "compute" else f"compute/{s.parent.span_id}": s
+        for s in exporter.get_finished_spans()
+    }
+    root, ens, simple = spans["InferRequest"], spans["ens"], spans["simple"]
+    (compute,) = [s for n, s in spans.items() if n.startswith("compute/")]
+    assert len(spans) == 4
+    assert format(root.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    assert root.parent is not None and format(root.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert ens.parent is not None and ens.parent.span_id == root.context.span_id
+    assert simple.parent is not None and simple.parent.span_id == ens.context.span_id
+    assert compute.parent is not None and compute.parent.span_id == simple.context.span_id
+    assert [e.name for e in root.events] == [
+        "HTTP_RECV_START",
+        "HTTP_RECV_END",
+        "INFER_RESPONSE_COMPLETE",
+        "HTTP_SEND_START",
+    ]
+    assert [e.name for e in ens.events] == ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
+    assert [e.name for e in simple.events] == ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
+    assert [e.name for e in compute.events] == [
+        "COMPUTE_START",
+        "COMPUTE_INPUT_END",
+        "COMPUTE_OUTPUT_START",
+        "COMPUTE_END",
+    ]
+    assert simple.attributes is not None and simple.attributes["triton.model_name"] == "simple"
+    assert root.resource.attributes["deployment"] == "test"
+
+
+def test_the_opentelemetry_sink_keeps_a_bounded_number_of_orphan_steps() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from modelhost.tracing import sinks
+    from modelhost.tracing.settings import OpenTelemetrySettings
+
+    sink = OpenTelemetrySink(OpenTelemetrySettings(), InMemorySpanExporter())
+    for parent in range(1, sinks._MAX_WAITING_PARENTS + 100):
+        sink.add(_stamped(100_000 + parent, "step", CORE, parent_id=parent))
+    assert len(sink.children) == sinks._MAX_WAITING_PARENTS
+    sink.close()
 
 
 def test_triton_api_wording_for_refused_updates() -> None:

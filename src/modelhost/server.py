@@ -216,6 +216,7 @@ class Server:
                     (timing.input_ns + timing.infer_ns + timing.output_ns) // 1000,
                 )
             if trace is not None:
+                trace.ensemble = model.ensemble is not None
                 stamp_request(trace, traced_from, timing, time.monotonic_ns())
                 for tensor in response.outputs:
                     trace.tensor("TENSOR_BACKEND_OUTPUT", tensor.name, tensor.datatype, tensor.data)

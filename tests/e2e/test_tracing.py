@@ -243,9 +243,17 @@ def test_opentelemetry_spans_reach_the_collector_as_children_of_the_caller(
         http.infer("identity", _inputs(httpclient), headers={"traceparent": TRACEPARENT})
         http.close()
         assert server.stop() == 0  # flushes the batch
-    (span,) = _Collector.spans
-    assert span.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
-    assert span.parent_span_id.hex() == "b7ad6b7169203331"
-    assert [e.name for e in span.events] == HTTP_STAMPS
-    attributes = {a.key: a.value.string_value for a in span.attributes}
+    # Triton's spans: InferRequest (the frontend's events) > the model's (the request's) > compute.
+    spans = {span.name: span for span in _Collector.spans}
+    assert sorted(spans) == ["InferRequest", "compute", "identity"]
+    root, model, compute = spans["InferRequest"], spans["identity"], spans["compute"]
+    assert root.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
+    assert root.parent_span_id.hex() == "b7ad6b7169203331"
+    assert (model.parent_span_id, compute.parent_span_id) == (root.span_id, model.span_id)
+    assert [e.name for e in root.events] == [
+        n for n in HTTP_STAMPS if n.startswith("HTTP_") or n == "INFER_RESPONSE_COMPLETE"
+    ]
+    assert [e.name for e in model.events] == ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
+    assert [e.name for e in compute.events] == [n for n in HTTP_STAMPS if n.startswith("COMPUTE_")]
+    attributes = {a.key: a.value.string_value for a in model.attributes}
     assert attributes["triton.model_name"] == "identity"

@@ -691,7 +691,9 @@ FEATURES: tuple[Item, ...] = (
 # The latest run of Triton's qa suites (qa/L0_* at v2.51.0) against modelhost with scripts/triton_qa.py, a
 # development and release tool (it needs a checkout of Triton's repository and minutes per suite, so CI does not
 # run it); docs/triton-qa.md lists the suites, how to run them, and every test that fails with its reason.
-QA_SUITES_RESULT = "Triton's qa suites: 249 of 334 tests pass (18 suites), on 2026-11-26, before the fixes of issue 34"
+QA_SUITES_RESULT = (
+    "Triton's qa suites: 249 of 334 tests pass (18 suites), on 2026-11-26, before the fixes of issue 34"
+)
 
 # Answers that stay different from Triton's on purpose (the qa tests that expect Triton's fail on them).
 DELIBERATE_DIFFERENCES: tuple[str, ...] = (

@@ -119,15 +119,29 @@ class TritonFileSink:
             log.error("failed to write trace file %s: %s", complete or self.partial, e)
 
 
+# Where a timestamp goes among Triton's OpenTelemetry spans: the frontend's on the request's root span
+# ("InferRequest"), the backend's on the "compute" span, the rest on the model's span.
+def _is_frontend(name: str) -> bool:
+    return name.startswith(("HTTP_", "GRPC_")) or name == "INFER_RESPONSE_COMPLETE"
+
+
+# Child traces (an ensemble's steps) waiting for their root, at most: beyond, the oldest are dropped.
+_MAX_WAITING_PARENTS = 4096
+
+
 class OpenTelemetrySink:
-    """One span per traced request, with the timestamps as span events, exported in batches over OTLP/HTTP. The
-    client's W3C `traceparent` makes the span a child of the caller's."""
+    """Triton's spans for each traced request, exported in batches over OTLP/HTTP: a root span "InferRequest"
+    with the frontend's events, a child span named after the model with REQUEST_START, QUEUE_START and
+    REQUEST_END, under it a "compute" span with the COMPUTE_* events (none for an ensemble) and the spans of the
+    ensemble's steps, each with its own compute span. The client's W3C `traceparent` makes the root span a child
+    of the caller's. A step's trace ends before its ensemble's: it waits here for its root."""
 
     def __init__(self, settings: OpenTelemetrySettings, exporter: Any = None) -> None:
         try:
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.trace import set_span_in_context
             from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
         except ImportError as e:  # checked at startup: the CLI refuses the mode without the extra
             raise RuntimeError(
@@ -150,28 +164,60 @@ class OpenTelemetrySink:
         )
         self.tracer = self.provider.get_tracer("modelhost")
         self.propagator = TraceContextTextMapPropagator()
+        self.in_context = set_span_in_context
         # Steady-clock timestamps to wall-clock ones, which spans carry.
         self.offset = time.time_ns() - time.monotonic_ns()
+        self.children: dict[int, list[Trace]] = {}
 
     def add(self, trace: Trace) -> None:
+        if trace.parent_id:
+            self.children.setdefault(trace.parent_id, []).append(trace)
+            while len(self.children) > _MAX_WAITING_PARENTS:
+                self.children.pop(next(iter(self.children)))
+            return
         if not trace.timestamps:
+            self.children.pop(trace.id, None)
             return
         parent = self.propagator.extract({"traceparent": trace.traceparent}) if trace.traceparent else None
-        start = trace.timestamps[0][1] + self.offset
+        times = [ns for _, ns in trace.timestamps]
+        root = self.tracer.start_span("InferRequest", context=parent, start_time=min(times) + self.offset)
+        for name, ns in trace.timestamps:
+            if _is_frontend(name):
+                root.add_event(name, timestamp=ns + self.offset)
+        self._model_span(trace, self.in_context(root))
+        root.end(end_time=max(times) + self.offset)
+
+    def _model_span(self, trace: Trace, context: Any) -> None:
+        stamps = [(n, ns) for n, ns in trace.timestamps if not _is_frontend(n)]
+        compute = [(n, ns) for n, ns in stamps if n.startswith("COMPUTE_")]
+        events = [(n, ns) for n, ns in stamps if not n.startswith("COMPUTE_")]
+        times = [ns for _, ns in stamps] or [ns for _, ns in trace.timestamps]
         span = self.tracer.start_span(
-            "InferRequest",
-            context=parent,
-            start_time=start,
+            trace.model_name,
+            context=context,
+            start_time=min(times) + self.offset,
             attributes={
                 "triton.model_name": trace.model_name,
                 "triton.model_version": trace.model_version,
                 "triton.trace_id": trace.id,
+                "triton.trace_parent_id": trace.parent_id,
                 "triton.request_id": trace.request_id,
             },
         )
-        for name, ns in trace.timestamps:
+        for name, ns in events:
             span.add_event(name, timestamp=ns + self.offset)
-        span.end(end_time=trace.timestamps[-1][1] + self.offset)
+        inside = self.in_context(span)
+        if compute and not trace.ensemble:
+            compute_span = self.tracer.start_span(
+                "compute", context=inside, start_time=compute[0][1] + self.offset
+            )
+            for name, ns in compute:
+                compute_span.add_event(name, timestamp=ns + self.offset)
+            compute_span.end(end_time=compute[-1][1] + self.offset)
+        for child in self.children.pop(trace.id, []):
+            if child.timestamps:
+                self._model_span(child, inside)
+        span.end(end_time=max(times) + self.offset)
 
     def close(self) -> None:
         self.provider.shutdown()  # flushes what is batched

@@ -33,6 +33,7 @@ class Trace:
     # W3C trace context of the client's request (`traceparent` header or gRPC metadata), for OpenTelemetry.
     traceparent: str = ""
     last: bool = False  # the last trace `count` allows
+    ensemble: bool = False  # an ensemble's request: its steps compute, it does not (no compute span)
     timestamps: list[tuple[str, int]] = field(default_factory=list)
     # level TENSORS: (activity, name, datatype, shape, data as a list)
     tensors: list[tuple[str, str, str, Any]] = field(
