@@ -603,8 +603,10 @@ def test_cancelled_queued_request_cancels_its_sequence_and_frees_the_slot() -> N
         waiting = asyncio.create_task(b.execute(job(2, start=True, end=True)))  # backlog
         await until(lambda: b.queued() == 3)
         queued.cancel()
-        with pytest.raises(Cancelled, match="sequence 1"):
+        with pytest.raises(Cancelled, match="sequence 1") as caught:
             await later
+        # counted as cancelled in nv_inference_request_failure, as Triton (L0_request_cancellation scheduler_test)
+        assert caught.value.failure_reason == "CANCELED"
         assert b.queued() == 1
         manual.answer(0)  # sequence 1's running request ends: its slot goes to sequence 2
         await running
