@@ -376,3 +376,24 @@ def test_a_request_with_other_inputs_sends_the_pending_batch_and_is_not_skipped(
 
     run(go())
     assert fake.batches == [1, 1, 1]
+
+
+def test_past_the_delay_the_pending_requests_go_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Triton's L0_batcher test_multi_batch_delayed_use_max_batch: 3 and 4 rows held (the delay hook) past the queue
+    # delay, then 1 more: one batch of 8, not the 3 rows that fit under the largest preferred size first.
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
+    fake = Recorder()
+    b, _ = batcher(
+        "max_batch_size: 8 dynamic_batching { preferred_batch_size: [2, 6] max_queue_delay_microseconds: 1 }",
+        fake,
+    )
+
+    async def go() -> None:
+        held = [asyncio.create_task(b.execute(job(v, rows=r))) for v, r in ((1, 3), (2, 4))]
+        while b.queued() < 2:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)  # far past the 1 us delay
+        await asyncio.gather(*held, b.execute(job(3, rows=1)))
+
+    run(go())
+    assert fake.batches == [8]

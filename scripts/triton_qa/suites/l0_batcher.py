@@ -40,10 +40,12 @@ NO_DELAY_TESTS = [
     "test_multi_different_outputs",
     "test_multi_different_output_order",
 ]
+# test.sh: 6 for use_biggest_preferred, 3 for use_best_preferred and delayed_use_max_batch, 2 for the others (its
+# chain of `export ... && [[ ... ]] && export ...`).
 DELAY_TESTS = {
-    "test_multi_batch_delayed_sum_gt_max_preferred": 3,
+    "test_multi_batch_delayed_sum_gt_max_preferred": 2,
     "test_multi_batch_use_biggest_preferred": 6,
-    "test_multi_batch_use_best_preferred": 2,
+    "test_multi_batch_use_best_preferred": 3,
     "test_multi_batch_delayed_use_max_batch": 3,
 }
 DIFFERENT_SHAPE_TESTS = [

@@ -202,6 +202,8 @@ class DynamicBatcher:
         candidates = self._candidates()
         if not candidates:
             return None
+        if self.delay_ns and time.perf_counter_ns() - min(p.enqueued_ns for p in candidates) >= self.delay_ns:
+            force = True  # as Triton: past the delay, what is pending goes whole, not cut at a preferred size
         head = candidates[0]
         batch: list[Pending] = []
         rows = 0
