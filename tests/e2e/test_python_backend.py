@@ -596,7 +596,7 @@ def test_each_error_code_reaches_the_client(
     api: Api, code: int, http_status: int, grpc_code: grpc.StatusCode
 ) -> None:
     # Triton's L0_backend_python lifecycle test_error_code: the code of pb_utils.TritonError is the status.
-    error = failure(lambda: api.infer("error_response", INPUT0=fp32(code)))
+    error = failure(lambda: api.infer("error_response", INPUT0=fp32(-(code + 1))))
     assert error.status() == api.status(http_status, grpc_code)
     assert error.message() == "bad thing"
 

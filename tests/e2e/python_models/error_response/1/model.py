@@ -1,5 +1,5 @@
-"""Answers every request with an error response, not an exception: INVALID_ARG, or the pb_utils.TritonError
-code INPUT0[0] names when it is a whole number of that enum (0 UNKNOWN ... 7 CANCELLED)."""
+"""Answers every request with an error response, not an exception: INVALID_ARG, or, when INPUT0[0] is -(n + 1)
+for a code n of the pb_utils.TritonError enum (0 UNKNOWN ... 7 CANCELLED), that code."""
 
 import triton_python_backend_utils as pb_utils
 
@@ -20,6 +20,7 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             first = float(pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy().flat[0])
-            code = CODES[int(first)] if first.is_integer() and 0 <= first < len(CODES) else CODES[3]
+            n = -int(first) - 1
+            code = CODES[n] if first.is_integer() and 0 <= n < len(CODES) else CODES[3]
             responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("bad thing", code)))
         return responses
