@@ -297,10 +297,15 @@ def test_go_away_on_shutdown(repo: Path, tmp_path: Path) -> None:
     c.close()
 
 
-def test_tritons_response_delay_hook_holds_every_answer_but_inference(repo: Path, tmp_path: Path) -> None:
+def test_tritons_delay_hooks_hold_answers_and_inference_calls(repo: Path, tmp_path: Path) -> None:
     # TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC, which Triton's L0_client_timeout sets to test client
     # timeouts on every non-inference API.
-    env = {**os.environ, "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC": "2"}
+    # TRITONSERVER_DELAY_GRPC_PROCESS holds ModelInfer calls (ms), which L0_request_cancellation cancels meanwhile.
+    env = {
+        **os.environ,
+        "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC": "2",
+        "TRITONSERVER_DELAY_GRPC_PROCESS": "2000",
+    }
     with running_server([repo], tmp_path / "server.log", "--log-verbose=1", env=env) as delayed:
         c = grpcclient.InferenceServerClient(delayed.grpc_url)
         for call in (
@@ -311,8 +316,14 @@ def test_tritons_response_delay_hook_holds_every_answer_but_inference(repo: Path
             with pytest.raises(InferenceServerException) as e:
                 call(client_timeout=0.1)
             assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        with pytest.raises(InferenceServerException) as e:
+            identity(c, np.arange(4, dtype=np.float32), client_timeout=0.1)
+        assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
         assert c.get_server_metadata(client_timeout=30).name == "triton"
         still_serving(c)
         c.close()
-        # Triton's verbose line for a call cancelled by its deadline, which L0_request_cancellation looks for.
-        assert "Cancellation notification received for ServerMetadataHandler" in delayed.log()
+        # Triton's lines for a held call and one cancelled by its deadline, which L0_request_cancellation looks for.
+        log = delayed.log()
+        assert "Delaying the Process execution by 2000 ms..." in log
+        assert "Cancellation notification received for ServerMetadataHandler" in log
+        assert "Cancellation notification received for ModelInferHandler" in log

@@ -33,13 +33,29 @@ def _debug_response_delay() -> int:
         return 0
 
 
-def _delayed(method: Method, delay_s: int) -> Method:
-    if method.streaming or method.name == "ModelInfer":
+def _debug_process_delay() -> float:
+    """TRITONSERVER_DELAY_GRPC_PROCESS: Triton's testing hook that holds each ModelInfer call that many
+    milliseconds before it is processed (its qa suites cancel calls meanwhile)."""
+    value = os.environ.get("TRITONSERVER_DELAY_GRPC_PROCESS", "")
+    try:
+        return max(0, int(value)) / 1000 if value else 0.0
+    except ValueError:
+        log.warning("TRITONSERVER_DELAY_GRPC_PROCESS=%r is not a whole number: ignored", value)
+        return 0.0
+
+
+def _delayed(method: Method, delay_s: int, process_delay_s: float) -> Method:
+    if method.streaming:
+        return method
+    wait = process_delay_s if method.name == "ModelInfer" else delay_s
+    if not wait:
         return method
     handler = method.handler
 
     async def delayed(request: Any, context: Any) -> Any:
-        await asyncio.sleep(delay_s)
+        if method.name == "ModelInfer":
+            log.info("Delaying the Process execution by %d ms...", round(wait * 1000))  # Triton's line
+        await asyncio.sleep(wait)
         return await handler(request, context)
 
     return dataclasses.replace(method, handler=delayed)
@@ -53,9 +69,9 @@ class GrpcServer:
             ),
             **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], HealthService(server)),
         }
-        delay_s = _debug_response_delay()
-        if delay_s:
-            self.methods = {path: _delayed(m, delay_s) for path, m in self.methods.items()}
+        delay_s, process_delay_s = _debug_response_delay(), _debug_process_delay()
+        if delay_s or process_delay_s:
+            self.methods = {path: _delayed(m, delay_s, process_delay_s) for path, m in self.methods.items()}
         self.max_message_size = max_message_size
         self.connections: set[GrpcConnection] = set()
         self.listener: asyncio.Server | None = None
