@@ -44,6 +44,22 @@ def test_trace_config_flags() -> None:
 
 
 @pytest.mark.parametrize(
+    ("word", "level"),
+    [
+        ("MIN", "TIMESTAMPS"),
+        ("max", "TIMESTAMPS"),
+        ("on", "TIMESTAMPS"),
+        ("true", "TIMESTAMPS"),
+        ("false", "OFF"),
+    ],
+)
+def test_the_command_line_takes_tritons_other_words_for_a_level(word: str, level: str) -> None:
+    # tritonserver's parser (L0_batcher starts it with --trace-level=MIN)
+    settings, _ = parse_trace_config([f"level={word}", "triton,file=/tmp/t.json"])
+    assert settings.level == (level,)
+
+
+@pytest.mark.parametrize(
     ("flags", "message"),
     [
         (["level=LOUD"], "invalid trace level 'LOUD'"),

@@ -80,6 +80,17 @@ class OpenTelemetrySettings:
         return {**defaults, **self.batch}
 
 
+# The other words tritonserver's command line takes for a trace level (any case; MIN and MAX are the levels of
+# its older releases, both TIMESTAMPS now).
+_CLI_LEVEL_ALIASES = {
+    "FALSE": "OFF",
+    "TRUE": "TIMESTAMPS",
+    "ON": "TIMESTAMPS",
+    "MIN": "TIMESTAMPS",
+    "MAX": "TIMESTAMPS",
+}
+
+
 def _level(values: list[str]) -> tuple[str, ...]:
     levels = tuple(v.upper() for v in values)
     for level in levels:
@@ -208,7 +219,7 @@ def parse_trace_config(values: list[str]) -> tuple[TraceSettings, OpenTelemetryS
             raise ValueError(str(e)) from None
     if levels:
         try:
-            global_fields["level"] = _level(levels)
+            global_fields["level"] = _level([_CLI_LEVEL_ALIASES.get(v.upper(), v) for v in levels])
         except InvalidArgument as e:
             raise ValueError(str(e)) from None
     settings = dataclasses.replace(settings, **global_fields, **triton_fields)
