@@ -397,3 +397,40 @@ def test_past_the_delay_the_pending_requests_go_whole(monkeypatch: pytest.Monkey
 
     run(go())
     assert fake.batches == [8]
+
+
+class RequestLevel:
+    """A request-level instance (as a python model's stub): answers each request at once, records the batches."""
+
+    def __init__(self) -> None:
+        self.name = "requests"
+        self.batches: list[list[tuple[int, ...]]] = []
+
+    def submit(self, jobs: list[Job], done: Any) -> None:
+        self.batches.append([tuple(j.inputs["IN"].shape) for j in jobs])
+        done([{"OUT": j.inputs["IN"]} for j in jobs])
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("ragged", "batches"), [(True, [[(1, 16), (1, 8)]]), (False, [[(1, 16)], [(1, 8)]])])
+def test_a_ragged_input_lets_other_shapes_share_a_python_models_batch(
+    monkeypatch: pytest.MonkeyPatch, ragged: bool, batches: list[list[tuple[int, ...]]]
+) -> None:
+    # Triton's L0_batcher test_multi_batch_different_shape_allow_ragged: with allow_ragged_batch on the input,
+    # requests of different shapes form one batch; without it they do not.
+    monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "2")
+    fake = RequestLevel()
+    config = text_format.Parse(
+        f'max_batch_size: 8 input [ {{ name: "IN" allow_ragged_batch: {str(ragged).lower()} }} ] '
+        "dynamic_batching { max_queue_delay_microseconds: 100000 }",
+        ModelConfig(),
+    )
+    b = DynamicBatcher(InstancePool([fake]), config, ModelStats("m", "1"))  # type: ignore[list-item]
+
+    async def go() -> None:
+        await asyncio.gather(b.execute(job(1, width=16)), b.execute(job(2, width=8)))
+
+    run(go())
+    assert fake.batches == batches

@@ -77,9 +77,12 @@ class Pending:
     timer: asyncio.TimerHandle | None = None
 
 
-def batch_key(inputs: Arrays) -> tuple[Any, ...]:
-    """Requests with equal keys can be concatenated along the batch dimension."""
-    return tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(inputs.items()))
+def batch_key(inputs: Arrays, ragged: frozenset[str] = frozenset()) -> tuple[Any, ...]:
+    """Requests with equal keys can be concatenated along the batch dimension (the shape of an input that allows
+    a ragged batch does not keep them apart)."""
+    return tuple(
+        (name, a.dtype.str, None if name in ragged else a.shape[1:]) for name, a in sorted(inputs.items())
+    )
 
 
 @dataclass(slots=True)
@@ -121,6 +124,9 @@ class DynamicBatcher:
         self.ragged = (
             RaggedBatching(config) if RaggedBatching.wanted(config) and not pool.request_level else None
         )
+        # A request-level model (python) gets its requests as they are: an input allowing a ragged batch lets
+        # requests of other shapes share a batch there too, as Triton's batcher allows.
+        self.ragged_inputs = frozenset(t.name for t in config.input if t.allow_ragged_batch)
 
     # -- queueing ------------------------------------------------------------------------------------------
 
@@ -141,7 +147,9 @@ class DynamicBatcher:
             raise Rejected("Exceeds maximum queue size")
         loop = asyncio.get_running_loop()
         now = time.perf_counter_ns()
-        key = batch_key(job.inputs) if self.ragged is None else self.ragged.key(job.inputs)
+        key = (
+            batch_key(job.inputs, self.ragged_inputs) if self.ragged is None else self.ragged.key(job.inputs)
+        )
         pending = Pending(job, key, level_no, loop.create_future(), now)
         timeout = level.policy.timeout_ns(timeout_us)
         if timeout:
