@@ -434,3 +434,45 @@ def test_a_ragged_input_lets_other_shapes_share_a_python_models_batch(
 
     run(go())
     assert fake.batches == batches
+
+
+class HeldPipeline:
+    """A request-level instance that takes a next job while it runs one (as a python stub), answering only when
+    the test says so."""
+
+    pipeline_depth = 2
+
+    def __init__(self) -> None:
+        self.name = "held"
+        self.calls: list[tuple[list[Job], Any]] = []
+
+    def submit(self, jobs: list[Job], done: Any) -> None:
+        self.calls.append((jobs, done))
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_queue_timeout_rejects_a_request_while_a_python_instance_is_busy() -> None:
+    # Triton's L0_batcher queue_timeout_test: the queued request is rejected on time, not handed ahead to the busy
+    # instance's pipeline where no timeout reaches it.
+    fake = HeldPipeline()
+    config = text_format.Parse(
+        "max_batch_size: 1 dynamic_batching { default_queue_policy { timeout_action: REJECT "
+        "default_timeout_microseconds: 50000 } }",
+        ModelConfig(),
+    )
+    b = DynamicBatcher(InstancePool([fake]), config, ModelStats("m", "1"))  # type: ignore[list-item]
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(job(1)))
+        while not fake.calls:
+            await asyncio.sleep(0.001)
+        with pytest.raises(Rejected, match="Request timeout expired"):
+            await asyncio.wait_for(b.execute(job(2)), 60)  # without the fix it would wait forever
+        assert len(fake.calls) == 1  # the second never reached the instance
+        jobs, done = fake.calls[0]
+        done([{"OUT": jobs[0].inputs["IN"]}])
+        await first
+
+    run(go())

@@ -88,7 +88,9 @@ class AlreadyExists(ModelhostError):
 
 class Cancelled(ModelhostError):
     grpc_code = grpc.StatusCode.CANCELLED
-    failure_reason = "CANCELED"  # a request failed because its sequence was cancelled counts so too, as in Triton
+    failure_reason = (
+        "CANCELED"  # a request failed because its sequence was cancelled counts so too, as in Triton
+    )
 
 
 class OutOfMemory(ModelhostError):

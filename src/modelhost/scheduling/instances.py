@@ -175,6 +175,12 @@ class InstancePool:
         """Requests waiting for an instance."""
         return sum(1 for w in self._waiters if isinstance(w, _QueuedJob) and not w.result.done())
 
+    def stop_pipelining(self) -> None:
+        """No next job handed to an instance while it runs one (before the pool is used): every job waits in
+        its scheduler's queue until an instance is free."""
+        self._spares = []
+        self._idle_spares = []
+
     async def acquire(self) -> Worker:
         """The next idle instance (waiting in FIFO order for one); hand it to `run` or back to `release`."""
         if (self._idle or self._idle_spares) and not self._waiters:
