@@ -317,9 +317,12 @@ def test_negative_log_verbose_counts_as_zero_as_in_tritonserver() -> None:
     assert parse_serve_args(["--log-verbose=-3"]).log_verbose == 0
 
 
-def test_abbreviations_are_refused() -> None:
-    with pytest.raises(CliError, match="unrecognized"):
-        parse_serve_args(["--http-p=9000"])
+def test_a_unique_prefix_is_the_flag_as_in_tritonserver() -> None:
+    # getopt_long's rule, which Triton's L0_logging relies on (--log-warn=false)
+    assert parse_serve_args(["--http-p=9000"]).http_port == 9000
+    assert parse_serve_args(["--log-warn=false"]).log_warning is False
+    with pytest.raises(CliError, match="ambiguous option: --http-"):
+        parse_serve_args(["--http-=1"])
 
 
 def test_unknown_flag_is_refused() -> None:

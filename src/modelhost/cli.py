@@ -608,7 +608,9 @@ def serve_parser() -> argparse.ArgumentParser:
         usage="modelhost serve [--model-repository <path>]... [options]",
         description=_SERVE_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,  # a typo must not quietly become another flag
+        # As tritonserver (getopt_long): a flag may be shortened to a prefix no other flag has (Triton's own qa
+        # starts it with --log-warn); a prefix of several flags is an error.
+        allow_abbrev=True,
     )
     for section in SECTIONS:
         group = parser.add_argument_group(f"{section} options")
