@@ -601,6 +601,11 @@ def test_each_error_code_reaches_the_client(
     assert error.message() == "bad thing"
 
 
+def test_a_model_sees_the_argv_of_tritons_embedded_interpreter(api: Api) -> None:
+    # Not the stub's own arguments: Triton's BLS qa models call unittest.main(), which took them for test names.
+    assert api.infer("sys_argv", INPUT0=fp32(1)).as_numpy("ARGV").tolist() == [b""]
+
+
 def test_a_grpc_deadline_cancels_the_hanging_request(grpc_client: grpcclient.InferenceServerClient) -> None:
     api = Api("grpc", grpcclient, grpc_client)
     hang = api.inputs(INPUT0=fp32(1), HANG_S=fp32(20))

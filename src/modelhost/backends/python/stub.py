@@ -567,6 +567,9 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 def main(argv: list[str]) -> int:
     fd, prefix, default_size, growth = int(argv[0]), argv[1], int(argv[2]), int(argv[3])
+    # The model sees the argv of Triton's embedded interpreter, not the stub's own arguments (a model that runs
+    # `unittest.main()`, as Triton's BLS qa models do, would take them for test names).
+    sys.argv = [""]
     sock = socket.socket(fileno=fd)
     stub = Stub(sock, prefix, default_size, growth)
     sys.modules["triton_python_backend_utils"] = pb_utils
