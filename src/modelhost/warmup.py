@@ -76,13 +76,16 @@ def warmup_inputs(config: Any, sample: Any, model_dir: Path, rng: np.random.Gene
     arrays: Arrays = {}
     for name, given in sample.inputs.items():
         spec = specs.get(name)
-        if spec is None:
-            raise _fail(model, sample.name, f"unexpected input '{name}', the model has {sorted(specs)}")
         dims = [int(d) for d in given.dims]
         if any(d < 0 for d in dims):
             raise _fail(model, sample.name, f"input '{name}' needs concrete dims, got {dims}")
         shape = ([int(sample.batch_size)] if batching else []) + dims
         data = _data(model, sample.name, name, given, shape, model_dir, rng)
+        if spec is None:
+            # Not one of the config's inputs: passed to the model as it is, as Triton passes such a warmup input
+            # (a control or state input, or one a python model reads on its own).
+            arrays[name] = data
+            continue
         if data.dtype != spec.dtype:
             raise _fail(
                 model, sample.name, f"input '{name}' data_type does not match the model's {spec.datatype}"
@@ -107,9 +110,11 @@ def run_warmup(config: Any, model_dir: Path, instances: list[ModelInstance]) -> 
             continue  # Triton skips samples with no rows
         inputs = warmup_inputs(config, sample, model_dir, rng)
         for instance in instances:
+            # A request-level instance (python) takes the sample as requests, from this loading thread.
+            run = getattr(instance, "warm_up", None) or instance.execute
             for _ in range(max(1, int(sample.count))):
                 try:
-                    instance.execute(inputs, outputs)
+                    run(inputs, outputs)
                 except Exception as e:  # ModelhostError from the backend, or a runtime fault
                     raise _fail(config.name, sample.name, f"failed on instance {instance.name}: {e}") from e
         log.info(

@@ -79,9 +79,36 @@ def warm_server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: in
             "dims: [ 4 ] zero_data: true } } } ]"
         ),
     )
+    # A warmup input the config does not name reaches the model (Triton's L0_backend_python bls_model_loading).
+    (repo / "warm_python" / "1").mkdir(parents=True)
+    (repo / "warm_python" / "config.pbtxt").write_text(
+        'backend: "python"\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'model_warmup [ { name: "extra" batch_size: 1 inputs { key: "INPUT0" value: { data_type: TYPE_FP32 '
+        'dims: [ 4 ] zero_data: true } } inputs { key: "EXTRA" value: { data_type: TYPE_INT32 dims: [ 2 ] '
+        "zero_data: true } } } ]\n"
+    )
+    (repo / "warm_python" / "1" / "model.py").write_text(WARM_PYTHON)
     log_dir = tmp_path_factory.mktemp("log")
     with running_server([repo], log_dir / "server.log", "--exit-on-error=false", wait_ready=False) as server:
         yield server
+
+
+WARM_PYTHON = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            names = sorted(t.name() for t in request.inputs())
+            pb_utils.Logger.log_info(f"warm_python saw inputs {names}")
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]))
+        return responses
+"""
 
 
 def _index(server: RunningServer) -> dict[str, dict[str, str]]:
@@ -96,6 +123,8 @@ def test_warm_models_are_ready_after_every_sample_ran(warm_server: RunningServer
     log = warm_server.log()
     for sample in ("zeros", "random", "from_file"):
         assert f"model 'warm': warmup sample '{sample}' ran on 2 instance(s)" in log
+    assert index["warm_python"]["state"] == "READY"
+    assert "warm_python saw inputs ['EXTRA', 'INPUT0']" in log
     # Warmup requests are not inference requests: the statistics start at zero.
     stats = httpclient.InferenceServerClient(warm_server.http_url).get_inference_statistics("warm")
     assert stats["model_stats"][0]["inference_count"] == 0

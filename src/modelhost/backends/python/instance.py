@@ -9,6 +9,7 @@ restarts it and is not healthy (its model not ready) until the new stub has init
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -425,6 +426,25 @@ class PythonInstance:
             log.error("model instance '%s': %s", self.name, e)
 
     # -- execute -----------------------------------------------------------------------------------------------
+
+    def warm_up(self, inputs: Arrays, output_names: list[str]) -> None:
+        """A warmup sample, from the loading thread (never the event loop's): as Triton's warmup sends it, one
+        request per row of a batching model (a single one otherwise), run as one execution on the stub."""
+        loop = self.ctx.services.loop
+        if loop is None:
+            raise StubFailed("the python backend runs only inside a server (no event loop to serve it)")
+        rows = next(iter(inputs.values())).shape[0] if self.max_batch_size > 0 and inputs else 1
+        if self.max_batch_size > 0:
+            jobs = [
+                Job({n: a[i : i + 1] for n, a in inputs.items()}, list(output_names), 1) for i in range(rows)
+            ]
+        else:
+            jobs = [Job(dict(inputs), list(output_names), 1)]
+        answered: concurrent.futures.Future[list[Arrays | BaseException]] = concurrent.futures.Future()
+        loop.call_soon_threadsafe(self.submit, jobs, answered.set_result)
+        for outcome in answered.result():
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     def submit(self, jobs: list[Job], done: Callable[[list[Arrays | BaseException]], None]) -> None:
         """Send the requests to the stub now; `done` gets one outcome per job when the stub answers (called
