@@ -15,6 +15,7 @@ from modelhost.cli import (
     CliError,
     Flag,
     Status,
+    _parse_serve,
     bundled_examples,
     flags_markdown,
     main,
@@ -307,6 +308,19 @@ def test_disable_auto_complete_config_takes_no_value() -> None:
 )
 def test_strict_model_config(argv: list[str], auto_complete: bool) -> None:
     assert parse_serve_args(argv).auto_complete_config is auto_complete
+
+
+def test_strict_model_config_warnings_in_tritonservers_words() -> None:
+    # Triton's L0_model_config cli_messages greps the log for them.
+    deprecated = "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead."
+    overriding = (
+        "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of "
+        "'--disable-auto-complete-config'!"
+    )
+    _, notes = _parse_serve(["--strict-model-config=true"])
+    assert [m for _, m in notes] == [deprecated]
+    _, notes = _parse_serve(["--disable-auto-complete-config", "--strict-model-config=false"])
+    assert [m for _, m in notes] == [deprecated, overriding]
 
 
 def test_empty_log_file_means_stderr_as_in_tritonserver() -> None:

@@ -695,7 +695,7 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     metrics_config: dict[str, str] = {}  # a setting given twice keeps its last value
     trace_config: list[str] = []  # checked by ServerOptions (tracing/settings.py)
     cache_config: list[str] = []  # checked by ServerOptions (response_cache.py)
-    disable_auto_complete = strict_model_config = False
+    disable_auto_complete = strict_model_config = strict_given = False
     for name, raw in given:
         flag = FLAGS_BY_NAME[name]
         if flag.status is Status.REFUSED:
@@ -748,8 +748,13 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             disable_auto_complete = True
         elif name == "strict-model-config":
             strict_model_config = bool(value)
-            notes.append(
-                (logging.WARNING, "--strict-model-config is deprecated: use --disable-auto-complete-config")
+            strict_given = True
+            notes.append(  # tritonserver's words, which scripts (Triton's L0_model_config) look for
+                (
+                    logging.WARNING,
+                    "Warning: '--strict-model-config' has been deprecated! Please use "
+                    "'--disable-auto-complete-config' instead.",
+                )
             )
         elif name == "log-verbose":
             values["log_verbose"] = max(0, int(value))  # tritonserver treats a negative level as 0
@@ -760,6 +765,14 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
         else:  # a honoured flag this function forgot: a bug, not a user error
             raise AssertionError(f"{flag.option} has no field and no rule")
     # --disable-auto-complete-config wins over --strict-model-config=false, as in tritonserver.
+    if disable_auto_complete and strict_given and not strict_model_config:
+        notes.append(
+            (
+                logging.WARNING,
+                "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of "
+                "'--disable-auto-complete-config'!",
+            )
+        )
     values["auto_complete_config"] = not (disable_auto_complete or strict_model_config)
     try:
         options = ServerOptions(
