@@ -97,6 +97,16 @@ def test_a_model_override_falls_back_to_the_global_settings_when_cleared() -> No
     assert "m" not in tracer.model_overrides
 
 
+def test_a_sampled_caller_context_is_traced_whatever_the_rate_in_opentelemetry_mode() -> None:
+    # Triton's L0_trace test_http_trace_triggered: every request carrying a sampled traceparent is traced.
+    sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    otel = Tracer(TraceSettings(("TIMESTAMPS",), rate=5, mode="opentelemetry"), ListSink())
+    assert [otel.start("m", "1", "", sampled) is not None for _ in range(3)] == [True, True, True]
+    assert [otel.start("m", "1", "", sampled[:-2] + "00") is not None for _ in range(3)] == [True, False, False]
+    triton = Tracer(TraceSettings(("TIMESTAMPS",), rate=5, file="/tmp/x"), ListSink())
+    assert [triton.start("m", "1", "", sampled) is not None for _ in range(3)] == [True, False, False]
+
+
 def test_one_request_of_every_rate_is_traced_while_count_lasts() -> None:
     tracer = Tracer(TraceSettings(("TIMESTAMPS",), rate=2, count=2, file="/tmp/x"), ListSink())
     traced = [tracer.start("m", "1", str(i)) is not None for i in range(8)]

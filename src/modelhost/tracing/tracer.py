@@ -55,6 +55,15 @@ class Trace:
             self.nbytes += array.nbytes
 
 
+def _sampled(traceparent: str) -> bool:
+    """W3C trace context: version-traceid-parentid-flags, the lowest flag bit "sampled"."""
+    parts = traceparent.split("-")
+    try:
+        return len(parts) == 4 and bool(int(parts[3], 16) & 1)
+    except ValueError:
+        return False
+
+
 def stamp_request(trace: Trace, started_ns: int, timing: Any, ended_ns: int) -> None:
     """The core's timestamps of a traced request, from where it spent its time (`RequestTiming`): the request
     start and end are read off the clock; the points in between are placed by the measured durations (input
@@ -132,10 +141,13 @@ class Tracer:
         settings = self.settings_for(scope)
         if not settings.on:
             return None
-        seen = self._samples.get(scope, 0)
-        self._samples[scope] = seen + 1
-        if seen % settings.rate:
-            return None
+        # As Triton in opentelemetry mode: a caller's trace context marked sampled is traced whatever the rate.
+        forced = settings.mode == "opentelemetry" and _sampled(traceparent)
+        if not forced:
+            seen = self._samples.get(scope, 0)
+            self._samples[scope] = seen + 1
+            if seen % settings.rate:
+                return None
         trace = Trace(
             next(self._ids), model_name, model_version, request_id, settings, traceparent=traceparent
         )
