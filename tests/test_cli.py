@@ -312,7 +312,10 @@ def test_strict_model_config(argv: list[str], auto_complete: bool) -> None:
 
 def test_strict_model_config_warnings_in_tritonservers_words() -> None:
     # Triton's L0_model_config cli_messages greps the log for them.
-    deprecated = "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead."
+    deprecated = (
+        "Warning: '--strict-model-config' has been deprecated! Please use "
+        "'--disable-auto-complete-config' instead."
+    )
     overriding = (
         "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of "
         "'--disable-auto-complete-config'!"

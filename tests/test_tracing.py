@@ -102,7 +102,11 @@ def test_a_sampled_caller_context_is_traced_whatever_the_rate_in_opentelemetry_m
     sampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     otel = Tracer(TraceSettings(("TIMESTAMPS",), rate=5, mode="opentelemetry"), ListSink())
     assert [otel.start("m", "1", "", sampled) is not None for _ in range(3)] == [True, True, True]
-    assert [otel.start("m", "1", "", sampled[:-2] + "00") is not None for _ in range(3)] == [True, False, False]
+    assert [otel.start("m", "1", "", sampled[:-2] + "00") is not None for _ in range(3)] == [
+        True,
+        False,
+        False,
+    ]
     triton = Tracer(TraceSettings(("TIMESTAMPS",), rate=5, file="/tmp/x"), ListSink())
     assert [triton.start("m", "1", "", sampled) is not None for _ in range(3)] == [True, False, False]
 
