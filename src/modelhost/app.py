@@ -265,6 +265,20 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     return 0 if drained else EXIT_TIMED_OUT
 
 
+def _log_in_flight(server: Server, deadline: float) -> None:
+    busy = server.registry.busy_versions()
+    left_s = max(0, round(deadline - time.monotonic()))
+    log.info("Timeout %d: Found %d model versions that have in-flight inferences", left_s, len(busy))
+    for name, version, count in busy:
+        log.info("Model '%s' (version %d) has %d in-flight inferences", name, version, count)
+
+
+async def _log_in_flight_every_second(server: Server, deadline: float) -> None:
+    while True:
+        _log_in_flight(server, deadline)
+        await asyncio.sleep(1.0)
+
+
 async def _stop(
     server: Server,
     http_servers: list[asyncio.Server | None],
@@ -283,17 +297,18 @@ async def _stop(
             http_server.close()  # stop accepting; open connections finish what they have
     if grpc_server is not None:
         grpc_server.stop_accepting()
-    if frontends is not None:
-        # The frontends stop accepting and wait for their requests, which the engine serves meanwhile.
-        drained, frontends_done = await asyncio.gather(server.drain(timeout), frontends.stop(timeout))
-        drained = drained and frontends_done
-    else:
-        drained = await server.drain(timeout)
-    busy = server.registry.busy_versions()
-    left_s = max(0, round(deadline - time.monotonic()))
-    log.info("Timeout %d: Found %d model versions that have in-flight inferences", left_s, len(busy))
-    for name, version in busy:
-        log.info("Model '%s' (version %d) has in-flight inferences", name, version)
+    # Triton's account of what it waits for, once a second while it does, and once when done.
+    watch = asyncio.create_task(_log_in_flight_every_second(server, deadline))
+    try:
+        if frontends is not None:
+            # The frontends stop accepting and wait for their requests, which the engine serves meanwhile.
+            drained, frontends_done = await asyncio.gather(server.drain(timeout), frontends.stop(timeout))
+            drained = drained and frontends_done
+        else:
+            drained = await server.drain(timeout)
+    finally:
+        watch.cancel()
+    _log_in_flight(server, deadline)
     if not drained:
         log.warning("exit timeout expired with %d requests still in flight", server.in_flight)
     for connection in list(connections):

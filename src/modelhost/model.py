@@ -387,6 +387,11 @@ class LoadedModel:
         return all(getattr(i, "healthy", True) for i in self.pool.instances)
 
     @property
+    def in_flight(self) -> int:
+        """Requests of this version being served (queued or running)."""
+        return max(self._in_flight, self.stats.pending())
+
+    @property
     def busy(self) -> bool:
         """Requests are queued for, or running on, this version."""
         return self._in_flight > 0 or self.stats.pending() > 0

@@ -1107,10 +1107,10 @@ class ModelRegistry:
             rows.setdefault(name, (name, backend_module(name), config))
         return sorted(rows.values())
 
-    def busy_versions(self) -> list[tuple[str, int]]:
-        """The loaded versions with requests queued or running."""
+    def busy_versions(self) -> list[tuple[str, int, int]]:
+        """(model, version, requests in flight) of the loaded versions with requests queued or running."""
         return [
-            (entry.name, version)
+            (entry.name, version, ventry.model.in_flight)
             for entry in self.models.values()
             for version, ventry in entry.versions.items()
             if ventry.model is not None and ventry.model.busy

@@ -59,6 +59,8 @@ def test_sigterm_lets_in_flight_requests_finish(slow_repo: Path, tmp_path: Path)
     )  # backends table
     assert re.search(r"TRITONBACKEND_ModelInstanceInitialize: slow_\d+_0 \(CPU device 0\)", log)
     assert log.count("Waiting for in-flight requests to complete.") == 1
+    # while the slow request runs (once a second), then when it is done
+    assert "Model 'slow' (version 1) has 1 in-flight inferences" in log
     assert "Found 0 model versions that have in-flight inferences" in log
     assert "All models are stopped, unloading models" in log
     assert "successfully unloaded 'slow' version 1" in log
@@ -78,7 +80,7 @@ def test_exit_timeout_bounds_shutdown(slow_repo: Path, tmp_path: Path) -> None:
     log = server.log()
     assert "exit timeout expired with 1 requests still in flight" in log
     assert "Found 1 model versions that have in-flight inferences" in log
-    assert "Model 'slow' (version 1) has in-flight inferences" in log
+    assert "Model 'slow' (version 1) has 1 in-flight inferences" in log
     assert "All models are stopped" not in log
     worker.join(60)
 
