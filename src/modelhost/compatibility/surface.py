@@ -505,6 +505,12 @@ FEATURES: tuple[Item, ...] = (
         flag="model-control-mode",
     ),
     Item(
+        "A reload that changes only `instance_group` updates the instances in place",
+        State.NOT_YET,
+        "modelhost loads the version anew and swaps it in (Triton's L0_model_update)",
+        "model-management.md",
+    ),
+    Item(
         "Dynamic batching",
         State.SUPPORTED,
         "",
