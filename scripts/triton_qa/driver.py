@@ -166,7 +166,7 @@ def main() -> int:
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--skip", action="append", default=[], help="PATTERN=REASON")
     parser.add_argument("file")
-    parser.add_argument("args", nargs="*")
+    parser.add_argument("args", nargs=argparse.REMAINDER)  # the test file's own, flags included (-v)
     ns = parser.parse_args()
     _RESULTS_PATH = ns.results
     path = os.path.abspath(ns.file)
