@@ -139,7 +139,12 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         await registry.start(options.load_models if mode == "explicit" else None)
     except RepositoryError as e:
         log.error("%s", e)
-        return 1
+        if options.exit_on_error:
+            return 1
+        # As tritonserver: it failed to initialize, but with --exit-on-error=false it serves its endpoints,
+        # neither live nor ready, so that a probe can tell.
+        log.error("failed to initialize the server; serving, not live (--exit-on-error=false)")
+        server.live = False
     backends = registry.backend_rows()
     if backends:
         log.info("\n%s", log_table(["Backend", "Path", "Config"], backends))

@@ -6,6 +6,8 @@ import contextlib
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from e2e.clients import poll
 from e2e.models import add_identity, add_slow, copy_examples, slow_inputs, write_config
-from e2e.server_process import running_server, start_server
+from e2e.server_process import free_ports, running_server, start_server
 from modelhost.devices import gpu_count
 
 
@@ -188,6 +192,37 @@ def test_model_config_name_and_ignored_version_dirs(tmp_path: Path) -> None:
 def test_missing_repository_fails_to_start(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="exited with 1"):
         start_server([tmp_path / "does-not-exist"], tmp_path / "server.log")
+
+
+def test_a_server_that_failed_to_initialize_serves_not_live_with_exit_on_error_false(tmp_path: Path) -> None:
+    # As tritonserver (L0_lifecycle test_parse_error_noexit): up, answering, neither live nor ready.
+    http_port, grpc_port, metrics_port = free_ports(3)
+    command = [
+        sys.executable, "-m", "modelhost", "serve", f"--model-repository={tmp_path / 'does-not-exist'}",
+        "--exit-on-error=false", f"--http-port={http_port}", f"--grpc-port={grpc_port}",
+        f"--metrics-port={metrics_port}",
+    ]  # fmt: skip
+    with open(tmp_path / "server.log", "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        http = httpclient.InferenceServerClient(f"localhost:{http_port}")
+
+        def answers() -> bool:
+            try:
+                return http.get_server_metadata()["name"] == "triton"
+            except Exception:  # not listening yet
+                return False
+
+        poll(answers, 60, "the server answers its metadata")
+        assert not http.is_server_live() and not http.is_server_ready()
+        grpc_client = grpcclient.InferenceServerClient(f"localhost:{grpc_port}")
+        assert not grpc_client.is_server_live() and not grpc_client.is_server_ready()
+        assert grpc_client.get_server_metadata().name == "triton"
+        assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    assert "failed to initialize the server; serving, not live" in (tmp_path / "server.log").read_text()
 
 
 @pytest.mark.parametrize("taken", ["http", "grpc", "metrics"])
