@@ -469,10 +469,19 @@ class ModelRegistry:
         built: dict[int, VersionEntry] = {}
         failures: dict[int, str] = {}
         out_of_memory = False  # a version failed for want of memory: the load fails with OutOfMemory
+        present = [v for v in wanted if v in fp.versions]
         for version in wanted:
             kept = reusable(version)
             if kept is not None:
                 built[version] = kept
+            elif version not in fp.versions and present:
+                # As Triton: a version the policy names that has no directory is skipped with an error in the
+                # log; the others load (the load fails only when none of them is there).
+                log.error(
+                    "version %d is specified for model '%s', but the version directory is not present",
+                    version,
+                    name,
+                )
             elif version not in fp.versions:
                 failures[version] = f"version {version} not found in {model_dir}"
             else:

@@ -239,3 +239,18 @@ def test_port_in_use_exits_with_one_clear_message(taken: str, tmp_path: Path) ->
     assert log.count("address already in use") == 1, log
     assert "failed to start the server" in log and str(port) in log, log
     assert "exit timeout expired" not in log, log
+
+
+def test_a_specific_version_without_its_directory_is_skipped_and_the_others_load(tmp_path: Path) -> None:
+    # As Triton (L0_metrics serves such a model): versions [1, 3] with only 1 present loads version 1.
+    repo = tmp_path / "repo"
+    copy_examples(repo, "simple")
+    config = repo / "simple" / "config.pbtxt"
+    config.write_text(config.read_text() + "\nversion_policy: { specific { versions: [1, 3] }}\n")
+    with running_server([repo], tmp_path / "server.log") as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.is_model_ready("simple", "1")
+        assert client.get_model_metadata("simple")["versions"] == ["1"]
+        assert (
+            "version 3 is specified for model 'simple', but the version directory is not present" in server.log()
+        )
