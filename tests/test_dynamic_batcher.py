@@ -476,3 +476,31 @@ def test_a_queue_timeout_rejects_a_request_while_a_python_instance_is_busy() -> 
         await first
 
     run(go())
+
+
+def test_requests_wait_for_a_busy_python_instance_and_go_as_one_batch() -> None:
+    # As Triton (L0_batcher test_max_queue_delay_only_*): while the instance runs a batch, the next requests wait
+    # in the queue (not handed ahead to its pipeline) and then go together.
+    fake = HeldPipeline()
+    config = text_format.Parse("max_batch_size: 8 dynamic_batching { }", ModelConfig())
+    b = DynamicBatcher(InstancePool([fake]), config, ModelStats("m", "1"))  # type: ignore[list-item]
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(job(1)))
+        while not fake.calls:
+            await asyncio.sleep(0.001)
+        rest = [asyncio.create_task(b.execute(job(v))) for v in (2, 3, 4)]
+        while b.queued() < 3:
+            await asyncio.sleep(0.001)
+        assert len(fake.calls) == 1  # nothing handed ahead while the first runs
+        jobs, done = fake.calls[0]
+        done([{"OUT": j.inputs["IN"]} for j in jobs])
+        await first
+        while len(fake.calls) < 2:
+            await asyncio.sleep(0.001)
+        jobs, done = fake.calls[1]
+        assert len(jobs) == 3
+        done([{"OUT": j.inputs["IN"]} for j in jobs])
+        await asyncio.gather(*rest)
+
+    run(go())

@@ -55,11 +55,6 @@ class QueuePolicy:
             max_queue_size=int(policy.max_queue_size),
         )
 
-    @property
-    def times_out(self) -> bool:
-        """Queued requests of this policy may time out."""
-        return self.default_timeout_ns > 0 or self.allow_timeout_override
-
     def timeout_ns(self, requested_us: int) -> int:
         requested = requested_us * 1000
         # A request may only shorten the policy's timeout (or set one where the policy has none).
@@ -120,10 +115,11 @@ class DynamicBatcher:
                 QueuePolicy.from_config(policy) if policy is not None else default_policy
             )
         self.max_priority = levels if db.priority_levels else 0
-        if any(level.policy.times_out for level in self.levels.values()):
-            # A request handed ahead to a busy python stub (its pipeline) would wait there past its timeout: it
-            # must wait here, where it is rejected on time, as Triton does (L0_batcher queue_timeout_test).
-            pool.stop_pipelining()
+        # Requests wait here while every instance is busy, as in Triton: not handed ahead, one batch at a time, to
+        # a busy python stub's pipeline. Here they form the next batch whole (L0_batcher's max_queue_delay tests
+        # count the executions), are counted as pending, and a queue timeout rejects them on time
+        # (queue_timeout_test).
+        pool.stop_pipelining()
         self._arrived = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
         # preserve_ordering: the batches sent and not yet answered, in the order they were sent.
