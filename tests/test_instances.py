@@ -218,3 +218,40 @@ def test_inline_decision_follows_cpu_time_with_hysteresis() -> None:
 
     run(go())
     pool.close()
+
+
+class PipelinedStub:
+    """A request-level instance taking a next job while it runs one (as a python stub); answers when told."""
+
+    pipeline_depth = 2
+
+    def __init__(self) -> None:
+        self.name = "stub"
+        self.calls: list[tuple[list[Job], Any]] = []
+
+    def submit(self, jobs: list[Job], done: Any) -> None:
+        self.calls.append((jobs, done))
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_job_handed_ahead_to_a_busy_stub_counts_as_pending() -> None:
+    # nv_inference_pending_request_count as Triton's (L0_metrics queue_size): a stub runs one job at a time.
+    stub = PipelinedStub()
+    pool = InstancePool([stub])  # type: ignore[list-item]
+
+    async def go() -> None:
+        tasks = [asyncio.create_task(pool.execute(job())) for _ in range(3)]
+        while len(stub.calls) < 2:
+            await asyncio.sleep(0.001)
+        assert pool.pending() == 2  # one runs in the stub, one waits in it, one waits here
+        for _ in range(3):
+            while not stub.calls:
+                await asyncio.sleep(0.001)
+            jobs, done = stub.calls.pop(0)
+            done([{"OUT": j.inputs["IN"]} for j in jobs])
+        await asyncio.gather(*tasks)
+        assert pool.pending() == 0
+
+    run(go())

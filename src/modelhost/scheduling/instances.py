@@ -172,8 +172,17 @@ class InstancePool:
             self._inline_now = self._runs >= _WARMUP_RUNS and self._typical_ns < INLINE_MAX_NS
 
     def pending(self) -> int:
-        """Requests waiting for an instance."""
-        return sum(1 for w in self._waiters if isinstance(w, _QueuedJob) and not w.result.done())
+        """Requests waiting for an instance: queued here, or handed ahead to a busy instance's pipeline (a python
+        stub runs one job at a time: all but one of its busy workers' jobs wait there, as Triton counts them)."""
+        queued = sum(1 for w in self._waiters if isinstance(w, _QueuedJob) and not w.result.done())
+        if not self._spares:
+            return queued
+        idle = {id(w) for w in self._idle} | {id(w) for w in self._idle_spares}
+        busy: dict[int, int] = {}
+        for worker in self._workers + self._spares:
+            if id(worker) not in idle:
+                busy[id(worker.instance)] = busy.get(id(worker.instance), 0) + 1
+        return queued + sum(n - 1 for n in busy.values())
 
     def stop_pipelining(self) -> None:
         """No next job handed to an instance while it runs one (before the pool is used): every job waits in
