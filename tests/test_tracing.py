@@ -218,6 +218,26 @@ def test_the_opentelemetry_sink_makes_tritons_spans_under_the_callers_trace() ->
     assert root.resource.attributes["deployment"] == "test"
 
 
+def test_a_step_that_ends_after_its_ensemble_still_goes_under_it() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from modelhost.tracing.settings import OpenTelemetrySettings
+
+    exporter = InMemorySpanExporter()
+    sink = OpenTelemetrySink(OpenTelemetrySettings(), exporter)
+    sink.add(_stamped(7, "ens", ["HTTP_RECV_START", *CORE, *CORE_END], ensemble=True))
+    sink.add(_stamped(8, "simple", CORE + CORE_END, parent_id=7))  # its completion came a callback later
+    sink.close()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert sorted(spans) == ["InferRequest", "compute", "ens", "simple"]
+    simple = spans["simple"]
+    assert simple.parent is not None and simple.parent.span_id == spans["ens"].context.span_id
+    assert (
+        spans["ens"].parent is not None
+        and spans["ens"].parent.span_id == spans["InferRequest"].context.span_id
+    )
+
+
 def test_the_opentelemetry_sink_keeps_a_bounded_number_of_orphan_steps() -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 

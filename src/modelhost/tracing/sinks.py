@@ -168,9 +168,17 @@ class OpenTelemetrySink:
         # Steady-clock timestamps to wall-clock ones, which spans carry.
         self.offset = time.time_ns() - time.monotonic_ns()
         self.children: dict[int, list[Trace]] = {}
+        # The model span of each trace exported lately, by trace id: a step whose trace ends after its
+        # ensemble's (its completion is a callback away) still goes under it. Bounded as `children`.
+        self.exported: dict[int, Any] = {}
 
     def add(self, trace: Trace) -> None:
         if trace.parent_id:
+            parent = self.exported.get(trace.parent_id)
+            if parent is not None:
+                if trace.timestamps:
+                    self._model_span(trace, parent)
+                return
             self.children.setdefault(trace.parent_id, []).append(trace)
             while len(self.children) > _MAX_WAITING_PARENTS:
                 self.children.pop(next(iter(self.children)))
@@ -207,6 +215,9 @@ class OpenTelemetrySink:
         for name, ns in events:
             span.add_event(name, timestamp=ns + self.offset)
         inside = self.in_context(span)
+        self.exported[trace.id] = inside
+        while len(self.exported) > _MAX_WAITING_PARENTS:
+            self.exported.pop(next(iter(self.exported)))
         if compute and not trace.ensemble:
             compute_span = self.tracer.start_span(
                 "compute", context=inside, start_time=compute[0][1] + self.offset
