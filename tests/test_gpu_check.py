@@ -8,6 +8,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -122,6 +123,11 @@ def test_what_the_check_started_is_stopped_and_nothing_else(tmp_path: Path) -> N
     ours = subprocess.Popen(["sleep", "60"], env=check.env, start_new_session=True)
     other = subprocess.Popen(["sleep", "61"], start_new_session=True)
     try:
+        # Until the child has exec'd, /proc shows the parent's environment, without the mark.
+        for _ in range(1000):
+            if Path(f"/proc/{ours.pid}/cmdline").read_bytes() == b"sleep\x0060\x00":
+                break
+            time.sleep(0.01)
         left = gpu_check.stop_leftovers(check)
         assert left == ["sleep 60"]
         assert ours.wait(timeout=10) == -9
