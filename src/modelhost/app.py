@@ -330,9 +330,11 @@ async def _stop(
         await asyncio.to_thread(
             server.close
         )  # with requests still running, their instances are left to the process exit
+        # Triton's closing line; the listeners are closed and every version is unloaded by now.
         log.info(
-            "Timeout %d: Found 0 live models and 0 in-flight non-inference requests",
+            "Timeout %d: Found %d live models and 0 in-flight non-inference requests",
             max(0, round(deadline - time.monotonic())),
+            sum(1 for entry in server.registry.models.values() if entry.serving()),
         )
     log.info("server stopped")
     return drained
