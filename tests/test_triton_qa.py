@@ -170,8 +170,10 @@ def test_stand_in_translation(tmp_path: Path) -> None:
     (repo / "onnx_y" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\n')
     models.translate_repositories([f"--model-repository={repo}"], tmp_path)
     text = (ident / "config.pbtxt").read_text()
-    assert 'backend: "python"' in text and "KIND_CPU" in text and "default_model_filename" not in text
-    assert (ident / "1" / "model.py").read_text() == models.stand_in("identity").read_text()
+    assert 'backend: "python"' in text and "KIND_CPU" in text and "libtriton_identity.so" not in text
+    # By its absolute path, so that version folders made later and left empty load it too.
+    assert f'default_model_filename: "{models.stand_in("identity").resolve()}"' in text
+    assert (ident / "1").is_dir() and not (ident / "1" / "model.py").exists()
     assert not (onnx / "model.py").exists()
 
 

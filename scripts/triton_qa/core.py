@@ -699,6 +699,9 @@ def base_env(ctx: SuiteContext) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(pythonpath),
             "TRITONSERVER_IPADDR": "localhost",
             "TRITON_SERVER_CPU_ONLY": "1",
+            # Triton's containers set it; tests compare it with the server metadata's version (modelhost reports
+            # the Triton release it follows).
+            "TRITON_SERVER_VERSION": "2.51.0",
             "CUDA_VISIBLE_DEVICES": "",
             "BACKENDS": "onnx libtorch",
             "PYTHONUNBUFFERED": "1",

@@ -565,7 +565,10 @@ class ModelRegistry:
         mode), and return their configs. A cycle of ensembles fails here rather than waiting on itself."""
         cycle = self._ensemble_cycle(name, config, scanned)
         if cycle:
-            raise ModelConfigError(f"circular dependency between ensembles: {' -> '.join(cycle)}")
+            # Triton's words: the start, "...", the ensemble whose step names the start, the start again.
+            raise ModelConfigError(
+                f"circular dependency between ensembles: {name} -> ... -> {cycle[-2]} -> {name}"
+            )
         configs: dict[str, Any] = {}
         for step in config.ensemble_scheduling.step:
             dependency = step.model_name
@@ -589,6 +592,14 @@ class ModelRegistry:
                     except ModelhostError as e:
                         raise ModelConfigError(f"{unavailable} ({e})") from e
                 entry = self.models[dependency]
+            loaded = {v.version for v in entry.serving()}
+            for required in {
+                s.model_version for s in config.ensemble_scheduling.step if s.model_name == dependency
+            }:
+                if required >= 0 and required not in loaded:
+                    raise ModelConfigError(
+                        f"ensemble '{name}' depends on '{dependency}' whose required version {required} is not loaded."
+                    )
             configs[dependency] = entry.config
         self._waiting.pop(name, None)
         return configs

@@ -42,3 +42,32 @@ def test_every_backend_of_the_table_names_an_importable_module_path() -> None:
         module, _, attribute = entry.target.partition(":")
         assert module.startswith(f"modelhost.backends.{name}."), name
         assert attribute, name
+
+
+@pytest.mark.parametrize(
+    ("runtime", "message"),
+    [
+        (
+            "../dummy_runtime/libtriton_identity.so",
+            "backend library name '../dummy_runtime/libtriton_identity.so' escapes backend directory",
+        ),
+        (
+            "/opt/lib/libtriton_identity.so",
+            "backend library name '/opt/lib/libtriton_identity.so' escapes backend directory",
+        ),
+        ("__invalid_runtime__", "unable to find backend library '__invalid_runtime__' for model 'm'"),
+    ],
+)
+def test_a_runtime_library_other_than_the_backends_is_refused_in_tritons_words(
+    runtime: str, message: str
+) -> None:
+    with pytest.raises(ModelConfigError) as e:
+        registry.backend_for(ModelConfig(name="m", backend="onnxruntime", runtime=runtime))
+    assert str(e.value) == message
+
+
+def test_the_backends_own_library_name_is_accepted_as_runtime() -> None:
+    backend = registry.backend_for(
+        ModelConfig(name="m", backend="onnxruntime", runtime="libtriton_onnxruntime.so")
+    )
+    assert backend.name == "onnxruntime"

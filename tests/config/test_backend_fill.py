@@ -102,7 +102,7 @@ def test_custom_backend_from_model_name(tmp_path: Path) -> None:
 
 def test_nothing_to_infer_is_an_error(tmp_path: Path) -> None:
     model_dir = _model(tmp_path, "mystery", {"weights.bin": "file"})
-    with pytest.raises(ModelConfigError, match="must specify 'platform' or 'backend' for 'mystery'"):
+    with pytest.raises(ModelConfigError, match="Could not determine backend for model 'mystery'"):
         _fill(model_dir)
 
 

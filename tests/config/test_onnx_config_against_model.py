@@ -3,6 +3,8 @@ loading as READY and failing every request inside ONNX Runtime."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,33 @@ def test_a_contradicting_rank_is_refused(tmp_path: Path) -> None:
     add_sub_model(tmp_path / "sub" / "1" / "model.onnx")
     with pytest.raises(ModelConfigError, match=r"tensor 'INPUT0': the model expects 2 dimensions"):
         load(tmp_path / "sub", CONFIG.format(dims="4, 4"))
+
+
+# Triton's ONNX Runtime backend counts the inputs first, then looks each config tensor up by name: its words,
+# which Triton's qa suite L0_model_config greps for.
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda c: re.sub(r',\s*\{ name: "INPUT1"[^}]*\}', "", c),
+            "unable to load model 'sub', configuration expects 1 inputs, model provides 2",
+        ),
+        (
+            lambda c: c.replace('name: "INPUT1"', 'name: "INPUT_UNKNOWN"'),
+            "unexpected inference input 'INPUT_UNKNOWN', allowed inputs are: INPUT0, INPUT1",
+        ),
+        (
+            lambda c: c.replace('name: "OUTPUT1"', 'name: "OUTPUT_UNKNOWN"'),
+            "unexpected inference output 'OUTPUT_UNKNOWN', allowed outputs are: OUTPUT0, OUTPUT1",
+        ),
+    ],
+)
+def test_inputs_are_counted_and_names_looked_up_in_tritons_words(
+    tmp_path: Path, edit: Callable[[str], str], message: str
+) -> None:
+    add_sub_model(tmp_path / "sub" / "1" / "model.onnx")
+    text = edit(CONFIG.format(dims="16"))
+    assert text != CONFIG.format(dims="16")
+    with pytest.raises(ModelConfigError) as e:
+        load(tmp_path / "sub", text)
+    assert str(e.value) == message

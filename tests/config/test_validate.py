@@ -42,6 +42,24 @@ def test_name_mismatch() -> None:
     )
 
 
+def test_the_name_is_checked_after_the_other_rules() -> None:
+    # Triton's repository manager compares the name with the folder once the config is valid: a broken config
+    # in a misnamed folder is reported for what is broken (L0_model_config's ensemble_scheduling_no_set).
+    _fails(
+        'name: "other" platform: "ensemble"' + GOOD_IO,
+        "ensemble scheduling must be set for ensemble other whose platform is ensemble",
+    )
+
+
+def test_an_unknown_gpu_id_in_tritons_words() -> None:
+    _fails(
+        'backend: "python" instance_group [ { kind: KIND_GPU gpus: [ 42 ] } ]' + GOOD_IO,
+        r"instance group m_0 of model m specifies invalid or unsupported gpu id 42\. GPUs with at least the "
+        r"minimum required CUDA compute compatibility of 6\.000000 are: 0 1",
+        gpu_count=2,
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [

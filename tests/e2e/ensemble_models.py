@@ -19,7 +19,13 @@ BROKEN = {
     "ens_bad_map": "is mapping to non-existing input NOPE in model scale2",
     "ens_bad_type": "inconsistent data type: TYPE_INT32 is inferred from model ens_bad_type while TYPE_FP32",
     "ens_missing": "no_such_model",
-    "ens_cycle_a": "circular dependency",
+    # Triton's words, which its qa suite L0_model_config greps for.
+    "ens_cycle_a": "circular dependency between ensembles: ens_cycle_a -> ... -> ens_cycle_b -> ens_cycle_a",
+    "ens_old_version": "ensemble 'ens_old_version' depends on 'scale2' whose required version 7 is not loaded.",
+    "ens_unconnected": (
+        "output 'Y' for ensemble 'ens_unconnected' is not written: at least one of its depending tensors, "
+        "'NEVER_WRITTEN', is not connected"
+    ),
 }
 
 _FAIL_NEGATIVE = '''
@@ -299,6 +305,15 @@ def build(repo: Path) -> None:
     _ensemble(repo, "ens_missing", {"X": FP4}, {"Y": FP4}, [_step("no_such_model", {"X": "X"}, {"Y": "Y"})])
     _ensemble(repo, "ens_cycle_a", {"X": FP4}, {"Y": FP4}, [_step("ens_cycle_b", {"X": "X"}, {"Y": "Y"})])
     _ensemble(repo, "ens_cycle_b", {"X": FP4}, {"Y": FP4}, [_step("ens_cycle_a", {"X": "X"}, {"Y": "Y"})])
+    old_version = _step("scale2", {"X": "X"}, {"Y": "Y"}).replace("model_version: -1", "model_version: 7")
+    _ensemble(repo, "ens_old_version", {"X": FP4}, {"Y": FP4}, [old_version])
+    _ensemble(
+        repo,
+        "ens_unconnected",
+        {"X": FP4},
+        {"Y": FP4, "Z": FP4},
+        [_step("scale2", {"X": "X"}, {"Y": "Z"}), _step("scale2", {"X": "NEVER_WRITTEN"}, {"Y": "Y"})],
+    )
 
 
 __all__ = ["BROKEN", "build"]

@@ -22,6 +22,7 @@ from triton_qa.core import (
     Suite,
     SuiteContext,
 )
+from triton_qa.models import replace_test_backends
 from triton_qa.suites._common import fresh
 
 # TRIALS of test.sh this runs (tensorflow_savedmodel, tensorflow_graphdef and tensorrt_plan are left out).
@@ -197,6 +198,12 @@ def _set_platform(target: str, trial: str):  # type: ignore[no-untyped-def]
     return edit
 
 
+def _stand_ins(ctx: SuiteContext) -> None:
+    """The ensemble tests' composing models use Triton's C++ `identity` and `repeat` test backends: the python
+    stand-ins take their place (the ensembles, whose configurations are under test, are left as they are)."""
+    replace_test_backends(ctx.path("models"))
+
+
 def configs(ctx: SuiteContext) -> list[Config]:
     repo = f"--model-repository={ctx.work}/models"
     out: list[Config] = []
@@ -257,7 +264,7 @@ def configs(ctx: SuiteContext) -> list[Config]:
             refused(
                 rel.replace("/", "."),
                 [repo, "--strict-model-config=false"],
-                _copy_setup(rel, contents=not has_config),
+                _copy_setup(rel, _stand_ins if kind == "ensemble" else None, contents=not has_config),
                 f"models/{target_dir.name}/expected*" if has_config else "models/expected*",
             )
     for kind in SUCCESS_KINDS:
@@ -269,7 +276,7 @@ def configs(ctx: SuiteContext) -> list[Config]:
                 Config(
                     name=rel.replace("/", "."),
                     args=[repo, "--strict-model-config=false"],
-                    setup=_copy_setup(rel, contents=not whole),
+                    setup=_copy_setup(rel, _stand_ins if kind == "ensemble" else None, contents=not whole),
                     steps=[Check("compare_status", _compare_status(target))],
                     start_timeout=60,
                     translate_models=False,
@@ -297,6 +304,7 @@ SUITE = Suite(
     notes=[
         "Without --full: the onnxruntime_onnx trial of noautofill_platform with --strict-model-config=true; --full "
         "adds --disable-auto-complete-config and the pytorch_libtorch trial.",
-        "Model folders are used as they are (no stand-ins, no KIND_CPU): the configurations are meant to be wrong.",
+        "Model folders are used as they are (no KIND_CPU: the configurations are meant to be wrong), but for the "
+        "ensemble tests' composing models of Triton's C++ test backends, which get the python stand-ins.",
     ],
 )

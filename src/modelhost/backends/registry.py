@@ -8,6 +8,7 @@ framework is not installed leaves its models UNAVAILABLE with the extra to insta
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,9 +120,22 @@ def backend_module(name: str) -> str:
     return entry.target.partition(":")[0] if entry is not None else ""
 
 
+def _check_runtime(config: Any, name: str) -> None:
+    """`runtime` names the backend's library in Triton. modelhost's backends are not libraries: it accepts the
+    name Triton would use (libtriton_<backend>.so) and "model.py" (a python-based backend, which the backend
+    judges), and refuses any other in Triton's words."""
+    runtime = config.runtime
+    if not runtime or runtime in (f"libtriton_{name}.so", "model.py"):
+        return
+    if os.path.isabs(runtime) or os.path.normpath(runtime).split(os.sep)[0] == "..":
+        raise ModelConfigError(f"backend library name '{runtime}' escapes backend directory")
+    raise ModelConfigError(f"unable to find backend library '{runtime}' for model '{config.name}'")
+
+
 def backend_for(config: Any) -> Backend:
     """The backend that serves a normalised config."""
     name = config.backend or config.platform
+    _check_runtime(config, name)
     cls = _backend_class(name, config.name)
     if cls is None:
         raise ModelConfigError(

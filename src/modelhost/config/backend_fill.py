@@ -171,10 +171,11 @@ def fill_backend_fields(config: ModelConfig, model_name: str, model_dir: Path) -
     _, dot, backend = model_name.partition(".")
     if not dot or not backend:
         looked_for = ", ".join(_KNOWN_MODEL_FILES)
+        # Triton's words first (its qa suites grep for them), then where modelhost looked.
         raise ModelConfigError(
-            f"must specify 'platform' or 'backend' for '{model_name}': could not determine the backend, "
-            f"no version directory of {model_dir} holds a known model file ({looked_for}) and the model name "
-            "is not of the form 'model.<backend_name>'"
+            f"Invalid model name: Could not determine backend for model '{model_name}' with no backend in model "
+            "configuration. Expected model name of the form 'model.<backend_name>'. (No version directory of "
+            f"{model_dir} holds a known model file: {looked_for}; or set 'platform' or 'backend'.)"
         )
     config.backend = backend
     config.default_model_filename = f"model.{backend}"

@@ -23,9 +23,12 @@ from modelhost.config.validate_schedulers import (
 from modelhost.errors import ModelConfigError
 
 
-def _check_name(config: ModelConfig, model_name: str) -> None:
+def _check_name_given(config: ModelConfig, model_name: str) -> None:
     if not config.name:
         raise InvalidConfig(f"model configuration must specify 'name' (model '{model_name}')")
+
+
+def _check_name_matches(config: ModelConfig, model_name: str) -> None:
     if config.name != model_name:
         raise InvalidConfig(
             f"unexpected directory name '{model_name}' for model '{config.name}', directory name must equal "
@@ -89,10 +92,11 @@ def _check_instance_groups(config: ModelConfig, gpu_count: int) -> None:
                 raise InvalidConfig(f"{where} has kind KIND_GPU but specifies no GPUs")
             for gid in group.gpus:
                 if not 0 <= gid < gpu_count:
-                    available = ", ".join(str(i) for i in range(gpu_count)) or "none"
+                    # Triton's words (6.0: its default --min-supported-compute-capability, printed as C++ does).
+                    available = " ".join(str(i) for i in range(gpu_count))
                     raise InvalidConfig(
-                        f"{where} specifies invalid or unsupported gpu id {gid}. Available GPUs are: "
-                        f"{available}"
+                        f"{where} specifies invalid or unsupported gpu id {gid}. GPUs with at least the minimum "
+                        f"required CUDA compute compatibility of 6.000000 are: {available}"
                     )
         elif group.kind == ModelInstanceGroup.KIND_CPU:
             if group.gpus:
@@ -161,7 +165,7 @@ def check_config(config: ModelConfig, model_name: str, gpu_count: int, *, comple
     With complete=False only the rules Triton checks before a backend auto-completes the config are applied
     (no tensor, no instance group rules).
     """
-    _check_name(config, model_name)
+    _check_name_given(config, model_name)
     _check_platform_backend(config)
     if config.max_batch_size < 0:
         raise InvalidConfig(f"'max_batch_size' must be non-negative value for {config.name}")
@@ -185,6 +189,8 @@ def check_config(config: ModelConfig, model_name: str, gpu_count: int, *, comple
         )
     if config.HasField("model_metrics"):
         _check_model_metrics(config)
+    # After the rules above, as Triton's repository manager checks the name only once the config is valid.
+    _check_name_matches(config, model_name)
     if not complete:
         return
     if not is_ensemble(config):

@@ -168,6 +168,25 @@ def _check_ensemble_steps(config: ModelConfig) -> dict[str, list[set[str]]]:
     return graph
 
 
+def _unconnected_source(config: ModelConfig, tensor: str, ready: set[str]) -> str:
+    """Where an unwritten tensor's chain breaks, as Triton finds it: from the tensor, follow the first source
+    (in step and input-map order) that is not ready and not seen, until there is none."""
+    seen: set[str] = set()
+    last = tensor
+    while True:
+        sources = [
+            src
+            for step in config.ensemble_scheduling.step
+            if last in step.output_map.values()
+            for src in step.input_map.values()
+        ]
+        following = next((src for src in sources if src not in ready and src not in seen), None)
+        if following is None:
+            return last
+        seen.add(following)
+        last = following
+
+
 def validate_ensemble(config: ModelConfig) -> None:
     name = config.name
     if config.platform != c.ENSEMBLE_PLATFORM:
@@ -202,7 +221,11 @@ def validate_ensemble(config: ModelConfig) -> None:
         if model_output.name not in graph:
             raise InvalidConfig(f"ensemble output '{model_output.name}' for ensemble {name}' is not used")
         if model_output.name not in ready:
-            raise InvalidConfig(f"output '{model_output.name}' for ensemble '{name}' is not written")
+            message = f"output '{model_output.name}' for ensemble '{name}' is not written"
+            source = _unconnected_source(config, model_output.name, ready)
+            if source != model_output.name:
+                message += f": at least one of its depending tensors, '{source}', is not connected"
+            raise InvalidConfig(message)
         outputs.add(model_output.name)
     for tensor, (_, consumers) in graph.items():
         if tensor not in outputs and (tensor not in ready or not consumers):

@@ -207,11 +207,35 @@ def _tensor_info(arg: Any, scalar: bool = False) -> TensorInfo:
     return TensorInfo(arg.name, ONNX_TO_CONFIG.get(arg.type, arg.type), dims)
 
 
+def _check_names(ctx: BackendContext, session: ort.InferenceSession) -> None:
+    """Triton's ONNX Runtime backend first counts the inputs (the config's and those the server feeds), then
+    looks up each config tensor's name in the model: its words for both, which Triton's qa suites grep for."""
+    inputs = {i.name for i in session.get_inputs()}
+    expected = len(ctx.config.input) + len(fed_by_server(ctx.config))
+    if expected != len(inputs):
+        raise ModelConfigError(
+            f"unable to load model '{ctx.model_name}', configuration expects {expected} inputs, model provides "
+            f"{len(inputs)}"
+        )
+    allowed_inputs = inputs | {i.name for i in session.get_overridable_initializers()}
+    outputs = {o.name for o in session.get_outputs()}
+    for kind, configured, allowed in (
+        ("input", ctx.config.input, allowed_inputs),
+        ("output", ctx.config.output, outputs),
+    ):
+        for tensor in configured:
+            if tensor.name not in allowed:
+                raise ModelConfigError(
+                    f"unexpected inference {kind} '{tensor.name}', allowed {kind}s are: {', '.join(sorted(allowed))}"
+                )
+
+
 def _check_io(ctx: BackendContext, session: ort.InferenceSession) -> dict[str, list[int]]:
     """The config's inputs and outputs must exist in the model with the same types and shapes, as Triton checks
     at load. Control and implicit-state inputs of a sequence model, and batch inputs, are fed by the server:
     Triton does not ask the config to list them. A tensor the model declares without dimensions (a scalar) may
     have only 1s in the config; the outputs among them are given that shape. Returns those outputs."""
+    _check_names(ctx, session)
     configured = {t.name: t for t in (*ctx.config.input, *ctx.config.output)}
     scalars = {a.name for a in (*session.get_inputs(), *session.get_outputs()) if not a.shape}
     for name in (n for n in configured if n in scalars):  # inputs first, in config order, as Triton

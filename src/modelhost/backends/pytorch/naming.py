@@ -197,11 +197,21 @@ def _check_types(model: str, config: Any, arguments: Sequence[Argument], positio
             )
 
 
+def _count_mismatch(model: str, expected: int, arguments: Sequence[Argument]) -> ModelConfigError:
+    return ModelConfigError(
+        f"unable to load model '{model}', configuration expects {expected} inputs, model provides "
+        f"{len(arguments)} ({_describe(arguments)})"
+    )
+
+
 def bind_inputs(model: str, config: Any, signature: Signature, *, warn: bool = True) -> InputBinding:
     """Where each config input (and each input the server feeds) goes in forward(); ModelConfigError where the
     config contradicts forward()'s schema. `warn`: log the strict-ordering warning (once per load)."""
     arguments = signature.arguments
+    expected = len(config.input) + len(_batch_targets(config)) + len(_controls(config)) + len(_states(config))
     if not config.input:
+        if expected != len(arguments):  # Triton's backend counts first
+            raise _count_mismatch(model, expected, arguments)
         raise _fail(model, "model configuration must contain at least one input, none were specified.")
     dicts = [a for a in arguments if a.kind == "tensor_dict"]
     if len(arguments) == 1 and dicts:
@@ -220,12 +230,8 @@ def bind_inputs(model: str, config: Any, signature: Signature, *, warn: bool = T
                 "the model. Only a single input of type Dict(str, Tensor) or input(s) of type Tensor or List[str] "
                 "are supported.",
             )
-    expected = len(config.input) + len(_batch_targets(config)) + len(_controls(config)) + len(_states(config))
     if expected != len(arguments):
-        raise ModelConfigError(
-            f"unable to load model '{model}', configuration expects {expected} inputs, model provides "
-            f"{len(arguments)} ({_describe(arguments)})"
-        )
+        raise _count_mismatch(model, expected, arguments)
     convention = input_convention(
         model, [t.name for t in config.input], [a.name for a in arguments], warn=warn
     )
