@@ -247,6 +247,12 @@ def test_repositories_accumulate_in_order_across_both_names() -> None:
     assert options.model_repositories == ["/a", "/b", "/c"]
 
 
+def test_the_same_repository_twice_is_one() -> None:
+    # tritonserver keeps the paths in a set; Triton's L0_lifecycle config_override passes one path twice.
+    options = parse_serve_args(["--model-repository=/a", "--model-repository=/b", "--model-store=/a"])
+    assert options.model_repositories == ["/a", "/b"]
+
+
 def test_a_repeated_flag_keeps_its_last_value() -> None:
     assert parse_serve_args(["--http-port=1", "--http-port=2"]).http_port == 2
 

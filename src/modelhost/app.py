@@ -297,11 +297,8 @@ async def _stop(
     which scripts waiting for a clean stop look for."""
     log.info("Waiting for in-flight requests to complete.")
     deadline = time.monotonic() + timeout
-    for http_server in http_servers:
-        if http_server is not None:
-            http_server.close()  # stop accepting; open connections finish what they have
-    if grpc_server is not None:
-        grpc_server.stop_accepting()
+    # The ports stay open while the requests in flight finish, as in Triton: a new inference request is answered
+    # UNAVAILABLE ("Server is stopping, ..."), readiness is false, and the other endpoints keep answering.
     # Triton's account of what it waits for, once a second while it does, and once when done.
     watch = asyncio.create_task(_log_in_flight_every_second(server, deadline))
     try:
@@ -316,6 +313,9 @@ async def _stop(
     _log_in_flight(server, deadline)
     if not drained:
         log.warning("exit timeout expired with %d requests still in flight", server.in_flight)
+    for http_server in http_servers:
+        if http_server is not None:
+            http_server.close()  # no new connections; open ones finish what they have
     for connection in list(connections):
         connection.close_if_idle()
     if grpc_server is not None:

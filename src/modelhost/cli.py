@@ -708,7 +708,9 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
         if flag.status is Status.IGNORED:
             notes.append((logging.INFO, f"{flag.option} is ignored: {flag.note}"))
         elif name in ("model-repository", "model-store"):
-            repositories.append(_repository(flag, raw))
+            repository = _repository(flag, raw)
+            if repository not in repositories:  # tritonserver keeps a set: the same path twice is one
+                repositories.append(repository)
         elif name == "load-model":
             load_models.append(raw)
         elif name == "model-control-mode":

@@ -1055,12 +1055,13 @@ class ModelRegistry:
         ]
 
     def all_ready(self) -> bool:
-        """Every model that should serve does (versions unloaded on purpose do not count, as in Triton)."""
+        """Every model that should serve does (versions unloaded on purpose, or being unloaded, do not count, as
+        in Triton, whose readiness right after an unload request is true)."""
         for entry in self.models.values():
             if entry.error:
                 return False
             for v in entry.versions.values():
-                if v.state != ModelState.READY and v.reason != UNLOADED:
+                if v.state not in (ModelState.READY, ModelState.UNLOADING) and v.reason != UNLOADED:
                     return False
         return True
 

@@ -144,7 +144,13 @@ class Server:
     async def load_model(self, name: str, parameters: dict[str, Any], *, files_base64: bool) -> None:
         """The repository extension's load: (re)load `name`, with optional config and file overrides."""
         self._check_explicit_mode()
-        override = parse_load_parameters(parameters, files_base64=files_base64)
+        try:
+            override = parse_load_parameters(parameters, files_base64=files_base64)
+        except InvalidArgument as e:
+            # Triton's prefix for overrides it cannot use (its qa suite L0_lifecycle matches it), then why.
+            raise InvalidArgument(
+                f"failed to load '{name}', failed to poll from model repository: {e.message}"
+            ) from e
         await self.registry.load(name, None if override.empty else override)
 
     async def unload_model(self, name: str, parameters: dict[str, Any]) -> None:
@@ -159,11 +165,20 @@ class Server:
 
     # -- inference ---------------------------------------------------------------------------------------------
 
+    def _stopping(self, model_name: str) -> Unavailable:
+        """A new request while the server drains: Triton's words, which its scheduler gives (for an ensemble, its
+        first step's scheduler, named after the ensemble). Clients and Triton's L0_lifecycle match them."""
+        message = "Server is stopping, scheduler for model has stopped accepting new inference requests"
+        entry = self.registry.models.get(model_name)
+        if entry is not None and entry.config is not None and entry.config.HasField("ensemble_scheduling"):
+            message = f"in ensemble '{model_name}', {message}"
+        return Unavailable(message)
+
     async def infer(self, request: InferenceRequest, *, internal: bool = False) -> InferenceResponse:
         """`internal`: a request an ensemble makes of a composing model for a request already accepted (it goes
         on while the server drains)."""
         if not (self.accepting or internal):
-            raise Unavailable("Server is shutting down: no new inference requests are accepted")
+            raise self._stopping(request.model_name)
         try:
             model = self.registry.get(request.model_name, request.model_version)
         except (NotFound, Unavailable) as e:
@@ -265,7 +280,7 @@ class Server:
     ) -> AsyncIterator[InferenceResponse]:
         """The responses of one request of a stream (several for a decoupled model), each marked final or not."""
         if not (self.accepting or internal):
-            raise Unavailable("Server is shutting down: no new inference requests are accepted")
+            raise self._stopping(request.model_name)
         model = await self.model_for_request(request.model_name, request.model_version)
         if not model.decoupled:
             response = await self.infer(request, internal=internal)

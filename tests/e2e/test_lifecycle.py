@@ -18,6 +18,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from e2e.clients import poll
 from e2e.models import add_identity, add_slow, copy_examples, slow_inputs, write_config
@@ -48,6 +49,16 @@ def test_sigterm_lets_in_flight_requests_finish(slow_repo: Path, tmp_path: Path)
     worker.start()
     time.sleep(0.5)  # the request is running
     server.process.send_signal(signal.SIGTERM)
+    # While the request in flight finishes, the ports stay open (as in Triton): not ready, and a new inference
+    # request is refused in Triton's words, on HTTP and gRPC.
+    stopping = "Server is stopping, scheduler for model has stopped accepting new inference requests"
+    poll(lambda: not httpclient.InferenceServerClient(server.http_url).is_server_ready(), 10, "not ready")
+    with pytest.raises(InferenceServerException, match=stopping) as refused:
+        httpclient.InferenceServerClient(server.http_url).infer("slow", slow_inputs(1))
+    assert refused.value.status() == "503"
+    with pytest.raises(InferenceServerException, match=stopping) as refused:
+        grpcclient.InferenceServerClient(server.grpc_url).infer("slow", _grpc_slow_inputs(1))
+    assert refused.value.status() == "StatusCode.UNAVAILABLE"
     worker.join(60)
     assert server.process.wait(30) == 0
     assert "error" not in outcome, outcome.get("error")
@@ -69,6 +80,19 @@ def test_sigterm_lets_in_flight_requests_finish(slow_repo: Path, tmp_path: Path)
     assert "All models are stopped, unloading models" in log
     assert "successfully unloaded 'slow' version 1" in log
     assert "Found 0 live models and 0 in-flight non-inference requests" in log
+
+
+def _grpc_slow_inputs(iterations: int) -> list[grpcclient.InferInput]:
+    out = []
+    for http_input in slow_inputs(iterations):
+        tensor = grpcclient.InferInput(http_input.name(), http_input.shape(), http_input.datatype())
+        tensor.set_data_from_numpy(
+            np.array([iterations], dtype=np.int64)
+            if http_input.name() == "ITERS"
+            else np.full((256, 256), 0.001, dtype=np.float32)
+        )
+        out.append(tensor)
+    return out
 
 
 def test_exit_timeout_bounds_shutdown(slow_repo: Path, tmp_path: Path) -> None:
@@ -252,5 +276,28 @@ def test_a_specific_version_without_its_directory_is_skipped_and_the_others_load
         assert client.is_model_ready("simple", "1")
         assert client.get_model_metadata("simple")["versions"] == ["1"]
         assert (
-            "version 3 is specified for model 'simple', but the version directory is not present" in server.log()
+            "version 3 is specified for model 'simple', but the version directory is not present"
+            in server.log()
         )
+
+
+def test_a_model_being_unloaded_leaves_the_server_ready(slow_repo: Path, tmp_path: Path) -> None:
+    # Triton answers ready right after an unload request (its L0_lifecycle test_concurrent_model_load_unload):
+    # a version unloading on purpose, its last request still running, is no reason for not ready.
+    server = start_server(
+        [slow_repo], tmp_path / "server.log", "--model-control-mode=explicit", "--load-model=slow"
+    )
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    worker = threading.Thread(target=lambda: client.infer("slow", slow_inputs(3000)))
+    worker.start()
+    time.sleep(0.5)  # the request is running (as in test_sigterm_lets_in_flight_requests_finish)
+    control = httpclient.InferenceServerClient(server.http_url)
+    control.unload_model("slow")
+    states = {row["name"]: row.get("state") for row in control.get_model_repository_index()}
+    assert states["slow"] == "UNLOADING"
+    assert control.is_server_ready()
+    worker.join(60)
+    poll(lambda: not control.is_model_ready("slow"), 10, "unloaded")
+    assert control.is_server_ready()
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(30) == 0

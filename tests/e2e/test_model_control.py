@@ -251,6 +251,10 @@ def test_bad_load_requests_answer_400(
     response = post(server, f"/v2/repository/models/{name}/load", body)
     assert response.status_code == 400, response.text
     assert message in response.json()["error"]
+    if body is not None and not message.startswith("'parameters'"):
+        assert response.json()["error"].startswith(
+            f"failed to load '{name}', failed to poll from model repository: "
+        )
     assert client.is_model_ready("simple")
 
 

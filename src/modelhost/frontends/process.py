@@ -84,11 +84,13 @@ async def serve(config: FrontendConfig) -> int:
     # Everything allocated so far lives as long as the process: keep it out of every collection.
     gc.freeze()
     await stop.wait()
-    http_server.close()
     if code == 0:
+        # The port stays open while this frontend's requests finish (Triton's behaviour): the engine, which has
+        # stopped accepting before it signals the frontends, answers new inference requests UNAVAILABLE.
         deadline = loop.time() + config.exit_timeout_secs
         while engine.in_flight and loop.time() < deadline:
             await asyncio.sleep(0.01)
+    http_server.close()
     for connection in list(connections):
         connection.close_if_idle()
     return code
