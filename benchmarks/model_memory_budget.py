@@ -388,7 +388,7 @@ def sampling(
 _LINE = re.compile(r'^[IWEV](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) \d+ \S+\] "(.*)"\s*$')
 _EVENTS = {
     "load_start": re.compile(r"^loading '([^']+)' on demand$"),
-    "loaded": re.compile(r"^successfully loaded '([^']+)' version \d+"),
+    "loaded": re.compile(r"^successfully loaded '([^']+)'$"),
     "unload_start": re.compile(r"^unloading '([^']+)' \(\d+ bytes, least recently used\) to make room"),
     "unloaded": re.compile(r"^successfully unloaded '([^']+)' version \d+"),
     "failed": re.compile(r"^failed to load '([^']+)'"),

@@ -470,6 +470,7 @@ class ModelRegistry:
         failures: dict[int, str] = {}
         out_of_memory = False  # a version failed for want of memory: the load fails with OutOfMemory
         present = [v for v in wanted if v in fp.versions]
+        newly_built = False
         for version in wanted:
             kept = reusable(version)
             if kept is not None:
@@ -497,6 +498,7 @@ class ModelRegistry:
                     out_of_memory = out_of_memory or isinstance(e, OutOfMemory)
                 else:
                     built[version] = VersionEntry(version, ModelState.READY, "", model, fp.versions[version])
+                    newly_built = True
         for version, reason in failures.items():
             log.error("failed to load '%s' version %d: %s", name, version, reason)
 
@@ -538,6 +540,8 @@ class ModelRegistry:
         self._retire(retired, old_holder)
         if failures:
             raise self._failure(name, failures, out_of_memory)
+        if newly_built:
+            log.info("successfully loaded '%s'", name)  # Triton's line, once per load that built a version
 
     @staticmethod
     def _failure(name: str, failures: dict[int, str], out_of_memory: bool) -> ModelhostError:
@@ -654,7 +658,7 @@ class ModelRegistry:
             self.settings.response_cache and bool(config.response_cache.enable) and not plan.decoupled
         )
         model.stats.load_duration_s = time.monotonic() - started
-        log.info("successfully loaded '%s' version %d", name, version)
+        log.info("loaded '%s' version %d", name, version)
         return model
 
     def _ensemble_labels(self, model: LoadedModel, config: Any, composing: dict[str, Any]) -> None:
@@ -737,9 +741,7 @@ class ModelRegistry:
                     attempts = attempt  # more memory will not appear by trying again
             else:
                 model.stats.load_duration_s = time.monotonic() - started
-                log.info(
-                    "successfully loaded '%s' version %d (%.2f s)", name, version, time.monotonic() - started
-                )
+                log.info("loaded '%s' version %d (%.2f s)", name, version, time.monotonic() - started)
                 return model
             if attempt < attempts:
                 log.warning(

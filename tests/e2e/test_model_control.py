@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import threading
 import time
@@ -370,6 +371,22 @@ def test_unchanged_model_is_not_reloaded(
     before = server.log().count("successfully loaded 'simple'")
     client.load_model("simple")
     assert server.log().count("successfully loaded 'simple'") == before
+
+
+def test_a_load_logs_tritons_line_once_and_each_version_apart(
+    server: RunningServer, client: httpclient.InferenceServerClient
+) -> None:
+    # Triton logs "successfully loaded 'X'" once per load that loads versions (its L0_lifecycle counts them).
+    policy = '{"version_policy": {"all": {}}, "backend": "onnxruntime", "max_batch_size": 8}'
+    before = server.log().count("successfully loaded 'adder'")
+    try:
+        client.load_model("adder", config=policy)
+        log = server.log()
+        assert log.count("successfully loaded 'adder'") == before + 1
+        assert re.search(r"loaded 'adder' version 1 \(\d+\.\d\d s\)", log)
+        assert re.search(r"loaded 'adder' version 2 \(\d+\.\d\d s\)", log)
+    finally:
+        client.load_model("adder")
 
 
 def test_concurrent_loads_and_unloads_are_serialised(
