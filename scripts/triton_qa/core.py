@@ -702,6 +702,7 @@ def base_env(ctx: SuiteContext) -> dict[str, str]:
             # Triton's containers set it; tests compare it with the server metadata's version (modelhost reports
             # the Triton release it follows).
             "TRITON_SERVER_VERSION": "2.51.0",
+            "TRITON_QA_STAND_INS": str(STAND_INS.resolve()),
             "CUDA_VISIBLE_DEVICES": "",
             "BACKENDS": "onnx libtorch",
             "PYTHONUNBUFFERED": "1",

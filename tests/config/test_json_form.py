@@ -152,6 +152,18 @@ def test_from_json_accepts_camel_case_and_any_enum_case() -> None:
     assert config.instance_group[0].kind == ModelInstanceGroup.KIND_GPU
 
 
+def test_from_json_takes_one_value_for_a_repeated_field() -> None:
+    # As protobuf's C++ JSON parser in Triton (its L0_lifecycle sends "instance_group": {...}).
+    config = config_from_json(
+        '{"name": "m", "instance_group": {"kind": "KIND_CPU", "count": 5}, "input": {"name": "X", "dims": 4},'
+        ' "parameters": {"p": {"string_value": "v"}}}',
+        "m",
+    )
+    assert [(g.kind, g.count) for g in config.instance_group] == [(ModelInstanceGroup.KIND_CPU, 5)]
+    assert [(t.name, list(t.dims)) for t in config.input] == [("X", [4])]
+    assert config.parameters["p"].string_value == "v"
+
+
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [

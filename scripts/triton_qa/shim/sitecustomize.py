@@ -60,3 +60,71 @@ if not hasattr(_uc.TestCase, "_feedErrorsToResult"):
 
     _uc._Outcome.errors = property(_outcome_errors)  # type: ignore[attr-defined]
     _uc.TestCase._feedErrorsToResult = _feed_errors_to_result  # type: ignore[attr-defined]
+
+# 4. Stand-ins in the config overrides tests send: a load request whose JSON config names one of Triton's C++ test
+#    backends (`"backend": "identity"`) gets the python stand-in, as the model folders do (models.py). Patched into
+#    tritonclient's load_model once its client module is imported, in test processes only.
+import importlib.abc as _abc  # noqa: E402
+import json as _json  # noqa: E402
+
+_STAND_INS = _os.environ.get("TRITON_QA_STAND_INS", "")
+_STAND_IN_BACKENDS = {"identity": "identity", "sequence": "sequence", "repeat": "repeat"}
+
+
+def _stand_in_config(config):  # type: ignore[no-untyped-def]
+    if not _STAND_INS or not isinstance(config, str):
+        return config
+    try:
+        parsed = _json.loads(config)
+    except ValueError:
+        return config
+    if not isinstance(parsed, dict) or parsed.get("backend") not in _STAND_IN_BACKENDS:
+        return config
+    stand = _os.path.join(_STAND_INS, _STAND_IN_BACKENDS[parsed["backend"]], "model.py")
+    parsed["backend"] = "python"
+    parsed["default_model_filename"] = stand
+    return _json.dumps(parsed)
+
+
+def _patch_load_model(module):  # type: ignore[no-untyped-def]
+    client = getattr(module, "InferenceServerClient", None)
+    original = getattr(client, "load_model", None)
+    if original is None or getattr(original, "_triton_qa", False):
+        return
+
+    def load_model(self, model_name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if "config" in kwargs:
+            kwargs["config"] = _stand_in_config(kwargs["config"])
+        return original(self, model_name, *args, **kwargs)
+
+    load_model._triton_qa = True  # type: ignore[attr-defined]
+    client.load_model = load_model
+
+
+class _PatchAfterImport(_abc.MetaPathFinder):
+    TARGETS = ("tritonclient.http._client", "tritonclient.grpc._client")
+
+    def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+        if fullname not in self.TARGETS:
+            return None
+        _sys.meta_path.remove(self)
+        try:
+            import importlib.util as _util
+
+            spec = _util.find_spec(fullname)
+        finally:
+            _sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):  # type: ignore[no-untyped-def]
+            exec_module(module)
+            _patch_load_model(module)
+
+        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+if _STAND_INS:
+    _sys.meta_path.insert(0, _PatchAfterImport())

@@ -49,6 +49,10 @@ def _walk(descriptor: Descriptor, data: dict[str, Any], transform: Transform) ->
             data[key] = {k: _walk_value(value_field, v, transform) for k, v in value.items()}
         elif field.is_repeated and isinstance(value, list):
             data[key] = [_walk_value(field, item, transform) for item in value]
+        elif field.is_repeated and not _is_map(field):
+            # One value for a repeated field is a list of one: protobuf's C++ JSON parser, which Triton uses,
+            # takes it so (Triton's L0_lifecycle sends "instance_group": {...}).
+            data[key] = [_walk_value(field, value, transform)]
         else:
             data[key] = _walk_value(field, value, transform)
 
