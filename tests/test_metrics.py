@@ -76,6 +76,12 @@ def test_bad_settings_are_refused(settings: dict[str, str], message: str) -> Non
         parse_metrics_config(settings)
 
 
+def test_quantile_numbers_are_read_as_tritonserver_reads_them() -> None:
+    # std::stod: the numeric prefix ("0.0.1" is 0.0); Triton's L0_metrics starts the server so.
+    config = parse_metrics_config({"summary_quantiles": "0.1:0.0.1,0.7:0.01, .75:1e-2"})
+    assert config.summary_quantiles == ((0.1, 0.0), (0.7, 0.01), (0.75, 0.01))
+
+
 def test_the_cli_takes_the_metrics_flags() -> None:
     options = parse_serve_args(
         [

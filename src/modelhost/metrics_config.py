@@ -13,6 +13,7 @@ an unknown setting or a bad value at startup instead, so that a typo never silen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -58,6 +59,18 @@ def parse_metrics_config(settings: Mapping[str, str]) -> MetricsConfig:
     return MetricsConfig(**values)  # type: ignore[arg-type]
 
 
+_NUMBER_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _stod(text: str) -> float:
+    """A number as tritonserver reads it (std::stod): the longest numeric prefix, the rest ignored ("0.0.1" is
+    0.0, as Triton's L0_metrics passes it); ValueError when there is none."""
+    match = _NUMBER_PREFIX.match(text)
+    if match is None:
+        raise ValueError(text)
+    return float(match.group())
+
+
 def parse_quantiles(text: str) -> Quantiles:
     """`<quantile>:<error>,...`, each number in [0, 1]: tritonserver's format for summary_quantiles."""
     pairs: list[tuple[float, float]] = []
@@ -66,7 +79,7 @@ def parse_quantiles(text: str) -> Quantiles:
         if not colon:
             raise ValueError(f"{part.strip()!r} has no ':'; the format is <quantile>:<error>,...")
         try:
-            quantile, error = float(quantile_text), float(error_text)
+            quantile, error = _stod(quantile_text), _stod(error_text)
         except ValueError:
             raise ValueError(f"{part.strip()!r} is not <quantile>:<error> with two numbers") from None
         if not (0.0 <= quantile <= 1.0 and 0.0 <= error <= 1.0):  # NaN fails too

@@ -237,7 +237,7 @@ class ModelRegistry:
             for name, path in dirs.items():
                 found.setdefault(name, []).append(path)
         for name, path in self.registered.items():
-            found.setdefault(name, []).append(path)
+            found[name] = [path]  # a registered mapping takes precedence over the repositories, as in Triton
         return found
 
     # -- startup, polling, load and unload requests -------------------------------------------------------------

@@ -287,17 +287,18 @@ def test_a_model_being_unloaded_leaves_the_server_ready(slow_repo: Path, tmp_pat
     server = start_server(
         [slow_repo], tmp_path / "server.log", "--model-control-mode=explicit", "--load-model=slow"
     )
-    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-    worker = threading.Thread(target=lambda: client.infer("slow", slow_inputs(3000)))
-    worker.start()
-    time.sleep(0.5)  # the request is running (as in test_sigterm_lets_in_flight_requests_finish)
-    control = httpclient.InferenceServerClient(server.http_url)
-    control.unload_model("slow")
-    states = {row["name"]: row.get("state") for row in control.get_model_repository_index()}
-    assert states["slow"] == "UNLOADING"
-    assert control.is_server_ready()
-    worker.join(60)
-    poll(lambda: not control.is_model_ready("slow"), 10, "unloaded")
-    assert control.is_server_ready()
-    server.process.send_signal(signal.SIGTERM)
-    assert server.process.wait(30) == 0
+    try:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+        worker = threading.Thread(target=lambda: client.infer("slow", slow_inputs(3000)))
+        worker.start()
+        time.sleep(0.5)  # the request is running (as in test_sigterm_lets_in_flight_requests_finish)
+        control = httpclient.InferenceServerClient(server.http_url)
+        control.unload_model("slow")
+        states = {row["name"]: row.get("state") for row in control.get_model_repository_index()}
+        assert states["slow"] == "UNLOADING"
+        assert control.is_server_ready()
+        worker.join(60)
+        poll(lambda: not control.is_model_ready("slow"), 10, "unloaded")
+        assert control.is_server_ready()
+    finally:
+        assert server.stop() == 0

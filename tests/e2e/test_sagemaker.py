@@ -370,26 +370,36 @@ def test_load_failures(url: str, root: Path, directory: str, status: int, messag
     _still_serving(url)
 
 
-def test_a_composing_model_name_already_loaded_is_a_conflict(url: str, root: Path) -> None:
-    """An ensemble whose composing model has the name of a model already loaded (model names are not
-    namespaced): 409, and what serves keeps serving."""
+def test_a_target_the_repository_serves_is_loaded_from_the_url(
+    url: str, root: Path, sagemaker: tuple[RunningServer, str, Path]
+) -> None:
+    """A target model name the repository serves: the load's mapping takes precedence and the model is loaded
+    from the url (200, as Triton; its L0_trace loads `simple` so). A second load of that name is the conflict."""
+    control = httpclient.InferenceServerClient(sagemaker[0].http_url)
     answer = requests.post(
-        f"{url}/models", json={"model_name": "first", "url": f"{root}/hash1/model"}, timeout=60
+        f"{url}/models",
+        json={"model_name": "second", "url": f"{root}/hash2/model"},
+        headers={"X-Amzn-SageMaker-Target-Model": "identity_fp32"},
+        timeout=60,
     )
     assert answer.status_code == 200, answer.text
     try:
-        # hash1 registered `first` from its `simple` directory; the ensemble's `simple` is a new name: fine.
-        # A second load of the default model's name is the conflict.
-        answer = requests.post(
+        config = control.get_model_config("identity_fp32")
+        assert config["name"] == "identity_fp32"
+        index = {r["name"]: r for r in control.get_model_repository_index()}
+        assert index["identity_fp32"]["state"] == "READY"
+        _still_serving(url)
+        again = requests.post(
             f"{url}/models",
-            json={"model_name": "second", "url": f"{root}/hash2/model"},
+            json={"model_name": "third", "url": f"{root}/hash2/model"},
             headers={"X-Amzn-SageMaker-Target-Model": "identity_fp32"},
             timeout=60,
         )
-        assert answer.status_code == 409
-        assert "'identity_fp32': a model of that name is already registered or loaded" in _error(answer)
+        assert again.status_code == 409
+        assert "there is a conflicting mapping for 'identity_fp32'" in _error(again)
     finally:
-        assert requests.delete(f"{url}/models/first", timeout=60).status_code == 200
+        assert requests.delete(f"{url}/models/second", timeout=60).status_code == 200
+        control.load_model("identity_fp32")  # the repository's model again
     _still_serving(url)
 
 

@@ -156,14 +156,18 @@ class SageMakerRoutes:
                 "the load request names no model: give 'model_name' in the body or the "
                 "X-Amzn-SageMaker-Target-Model header"
             )
-        if model_name in self.loaded or target in (loaded.target for loaded in self.loaded.values()):
+        registry = self.server.registry
+        if model_name in self.loaded or target in registry.registered:
             raise Conflict(f"failed to register '{target}', there is a conflicting mapping for '{target}'")
         location = locate_model(doc.get("url"), self.settings.model_root)
-        registry = self.server.registry
         names = {target: location.model_dir, **location.companions}
         scanned = registry.scan()  # the repositories' models, and those registered by earlier loads
+        # The target's mapping takes precedence over a repository model of that name, as in Triton (which then
+        # loads it from the url); its ensemble's other models must not clash with any model of that name.
         in_use = [
-            n for n in names if n in scanned or ((e := registry.models.get(n)) is not None and e.serving())
+            n
+            for n in location.companions
+            if n in scanned or ((e := registry.models.get(n)) is not None and e.serving())
         ]
         if in_use:
             what = ", ".join(f"'{n}'" for n in in_use)
