@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from modelhost.errors import InvalidArgument, ModelhostError, Unsupported
+from modelhost.stats import RequestTiming
 from modelhost.tracing.settings import TraceSettings, parse_trace_config
 from modelhost.tracing.sinks import OpenTelemetrySink, TritonFileSink
-from modelhost.tracing.tracer import Trace, Tracer
+from modelhost.tracing.tracer import Trace, Tracer, stamp_failed_request
 
 
 class ListSink:
@@ -321,3 +322,35 @@ def test_settings_beyond_32_bits_are_refused() -> None:
     tracer = Tracer(TraceSettings(("TIMESTAMPS",), file="/tmp/x"), ListSink())
     with pytest.raises(InvalidArgument, match="at most 4294967295"):
         tracer.update({"trace_rate": "99999999999999999999"})
+
+
+@pytest.mark.parametrize(
+    ("timing", "expected"),
+    [
+        # Refused before the model took its inputs: the request's start and end only.
+        (None, ["REQUEST_START", "REQUEST_END"]),
+        # Cancelled in the queue: it was queued (Triton's L0_trace test_grpc_trace_model_cancel_in_queue).
+        (RequestTiming(input_ns=10), ["REQUEST_START", "QUEUE_START", "REQUEST_END"]),
+        # Cancelled while executing: its compute points too, for the compute span.
+        (
+            RequestTiming(input_ns=10, queue_ns=20),
+            [
+                "REQUEST_START",
+                "QUEUE_START",
+                "COMPUTE_START",
+                "COMPUTE_INPUT_END",
+                "COMPUTE_OUTPUT_START",
+                "COMPUTE_END",
+                "REQUEST_END",
+            ],
+        ),
+    ],
+)
+def test_a_failed_request_is_stamped_as_far_as_it_got(
+    timing: RequestTiming | None, expected: list[str]
+) -> None:
+    trace = Trace(1, "m", "1", "", TraceSettings())
+    trace.timing = timing
+    stamp_failed_request(trace, 1000, 5000)
+    assert [name for name, _ in trace.timestamps] == expected
+    assert [ns for _, ns in trace.timestamps] == sorted(ns for _, ns in trace.timestamps)

@@ -296,6 +296,8 @@ class LoadedModel:
         inputs, batch = self._model_inputs(request)
         job = Job(inputs, output_names, batch, request=request, sink=sink)
         job.timing.input_ns = time.perf_counter_ns() - started
+        if request.trace is not None:
+            request.trace.timing = job.timing  # how far it got, should it fail
         return job
 
     def _response(self, request: InferenceRequest, job: Job, results: Arrays) -> InferenceResponse:

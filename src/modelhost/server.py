@@ -21,7 +21,7 @@ from modelhost.shared_memory import SharedMemoryRegistry
 from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix
 from modelhost.tracing.settings import OpenTelemetrySettings, TraceSettings
-from modelhost.tracing.tracer import Trace, Tracer, stamp_request
+from modelhost.tracing.tracer import Trace, Tracer, stamp_failed_request, stamp_request
 from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.server")
@@ -211,8 +211,7 @@ class Server:
         except BaseException as e:
             stats.failed(time.perf_counter_ns() - started, _failure_reason(e))
             if trace is not None:
-                trace.stamp("REQUEST_START", traced_from)
-                trace.stamp("REQUEST_END")
+                stamp_failed_request(trace, traced_from, time.monotonic_ns())
             raise
         else:
             stats.succeeded(time.perf_counter_ns() - started, timing)

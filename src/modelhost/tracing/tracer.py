@@ -34,6 +34,9 @@ class Trace:
     traceparent: str = ""
     last: bool = False  # the last trace `count` allows
     ensemble: bool = False  # an ensemble's request: its steps compute, it does not (no compute span)
+    # The request's RequestTiming once the model has accepted its inputs (set by the model): how far a request
+    # that failed got (queued, executing), for its timestamps.
+    timing: Any = None
     timestamps: list[tuple[str, int]] = field(default_factory=list)
     # level TENSORS: (activity, name, datatype, shape, data as a list)
     tensors: list[tuple[str, str, str, Any]] = field(
@@ -83,6 +86,28 @@ def stamp_request(trace: Trace, started_ns: int, timing: Any, ended_ns: int) -> 
         ("REQUEST_END", ended_ns),
     ):
         trace.stamp(name, ns)
+
+
+def stamp_failed_request(trace: Trace, started_ns: int, ended_ns: int) -> None:
+    """The timestamps of a traced request that failed or was cancelled, as far as it got: QUEUE_START once the
+    model accepted its inputs, the COMPUTE_* points once an instance took it (its compute span, as Triton's
+    backends record it for a request cancelled while executing)."""
+    trace.stamp("REQUEST_START", started_ns)
+    timing = trace.timing
+    if timing is not None:
+        queue_start = min(started_ns + timing.input_ns, ended_ns)
+        trace.stamp("QUEUE_START", queue_start)
+        if timing.queue_ns > 0:
+            compute_start = min(queue_start + timing.queue_ns, ended_ns)
+            output_start = min(compute_start + timing.infer_ns, ended_ns) if timing.infer_ns else ended_ns
+            for name, ns in (
+                ("COMPUTE_START", compute_start),
+                ("COMPUTE_INPUT_END", compute_start),
+                ("COMPUTE_OUTPUT_START", output_start),
+                ("COMPUTE_END", ended_ns),
+            ):
+                trace.stamp(name, ns)
+    trace.stamp("REQUEST_END", ended_ns)
 
 
 class TraceSink(Protocol):
@@ -186,4 +211,4 @@ class Tracer:
                 self.sink.close()
 
 
-__all__ = ["Trace", "TraceSink", "Tracer", "stamp_request"]
+__all__ = ["Trace", "TraceSink", "Tracer", "stamp_failed_request", "stamp_request"]
