@@ -477,6 +477,17 @@ def test_server_request_accessors() -> None:
     assert request._release_flags() == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 
 
+def test_bls_request_names_may_be_bytes() -> None:
+    # As pybind11 in Triton's stub: a model name read from a BYTES input (`as_numpy()[0]`) is bytes.
+    request = pb_utils.InferenceRequest(
+        model_name=np.array([b"simple"], dtype=np.object_)[0], requested_output_names=[], inputs=[]
+    )
+    assert request.model_name() == "simple"
+    assert pb_utils.InferenceRequest(b"r", 0, [], [], "m").request_id() == "r"
+    with pytest.raises(TypeError, match="model_name given as bytes must be UTF-8"):
+        pb_utils.InferenceRequest(model_name=b"\xff", requested_output_names=[], inputs=[])
+
+
 def test_bls_request_constructor() -> None:
     tensor = pb_utils.Tensor("IN", np.zeros(1, dtype=np.float32))
     request = pb_utils.InferenceRequest(

@@ -687,6 +687,13 @@ def _check_int(value: object, what: str, minimum: int | None = None) -> int:
     return value
 
 
+def _utf8(value: bytes, argument: str) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TypeError(f"InferenceRequest(): {argument} given as bytes must be UTF-8") from None
+
+
 class InferenceRequest:
     """A request: given to `execute` by the server, or built by the model for BLS with
     `InferenceRequest(model_name=..., requested_output_names=[...], inputs=[...], ...)`.
@@ -718,6 +725,12 @@ class InferenceRequest:
             if value is None:
                 raise TypeError(f"InferenceRequest() missing required argument: '{argument}'")
         assert inputs is not None and requested_output_names is not None and model_name is not None
+        # bytes are taken as UTF-8 text, as pybind11 converts them to std::string in Triton's stub (a model that
+        # reads a model name from a BYTES input passes `tensor.as_numpy()[0]`, bytes, as Triton's bls_simple).
+        if isinstance(request_id, bytes):
+            request_id = _utf8(request_id, "request_id")
+        if isinstance(model_name, bytes):
+            model_name = _utf8(model_name, "model_name")
         if not isinstance(request_id, str):
             raise TypeError(f"InferenceRequest(): request_id must be a str, not {type(request_id).__name__}")
         if not isinstance(model_name, str):
