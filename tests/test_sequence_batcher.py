@@ -360,6 +360,24 @@ def test_an_empty_slot_below_a_used_one_is_padded_with_a_null_row(hooks: Callabl
     assert sorted(stats.batches) == [3] and stats.execution_count == 2 and stats.inference_count == 5
 
 
+def test_a_slot_whose_sequence_has_no_request_now_is_padded_too(hooks: Callable[[int, int], None]) -> None:
+    # Triton's direct strategy pads up to the highest slot holding a sequence, though that sequence has no
+    # request in this batch (Triton's L0_sequence_batcher test_ragged_batch counts batches of 4 so).
+    hooks(2)
+    fake = Accumulator()
+    b, stats = make(f"max_batch_size: 4 sequence_batching {{ {CONTROLS} }}", fake)
+
+    async def go() -> None:
+        await asyncio.gather(*(b.execute(job(c, c, start=True)) for c in (1, 2)))  # slots 0 and 1
+        await b.execute(job(1, 10, end=True))  # sequence 2, in slot 1, sends nothing now
+        await b.execute(job(2, 20, end=True))
+
+    run(go())
+    assert [batch["CORRID"].ravel().tolist() for batch in fake.batches] == [[1, 2], [1, 0], [0, 2]]
+    assert fake.batches[1]["READY"].ravel().tolist() == [True, False]
+    assert sorted(stats.batches) == [2] and stats.execution_count == 3 and stats.inference_count == 4
+
+
 def test_a_request_level_model_gets_a_null_request_for_an_empty_slot(
     hooks: Callable[[int, int], None],
 ) -> None:

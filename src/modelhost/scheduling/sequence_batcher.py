@@ -478,7 +478,7 @@ class SequenceBatcher:
                 self.pool.release(worker)
                 raise
             try:
-                self._launch(worker, batch)
+                self._launch(worker, batch, lane)
             except Exception as e:  # a fault here must not leave the lane's sequences waiting forever
                 log.exception("sequence batcher of '%s' failed to start a batch", self.name)
                 self.pool.release(worker)
@@ -553,7 +553,7 @@ class SequenceBatcher:
             return list(range(len(runnable)))
         return [r.sequence.slot for r in runnable]
 
-    def _launch(self, worker: Worker, batch: list[_Request]) -> None:
+    def _launch(self, worker: Worker, batch: list[_Request], lane: _Lane) -> None:
         started = time.perf_counter_ns()
         runnable: list[_Request] = []
         fed: list[Arrays] = []
@@ -574,6 +574,10 @@ class SequenceBatcher:
         rows = self._rows(runnable)
         by_row = dict(zip(rows, fed, strict=True))
         size = max(rows) + 1
+        if self.batching and not self.oldest:
+            # Triton's direct strategy pads up to the highest slot holding a sequence, whether or not that
+            # sequence has a request in this batch (waiting for its next one, or of another shape).
+            size = max(size, max(i for i, s in enumerate(lane.slots) if s is not None) + 1)
         null = self._null_row(fed[0]) if size > len(rows) else {}
         all_rows = [by_row.get(i, null) for i in range(size)]
         if self.pool.request_level:
