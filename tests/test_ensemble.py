@@ -141,6 +141,20 @@ def test_a_step_may_not_join_the_responses_of_two_decoupled_models() -> None:
         EnsemblePlan(ensemble(steps), {"first": first, "second": second, "join": join})
 
 
+def test_the_outputs_may_not_come_from_two_decoupled_models() -> None:
+    # The ensemble's response joins its outputs: Triton's sink node (its L0_model_config
+    # invalid_decoupled_branching_2), named after the ensemble.
+    first = model("first", "X:TYPE_FP32:[4]", "Y:TYPE_FP32:[4]", decoupled=True)
+    second = model("second", "X:TYPE_FP32:[4]", "Y:TYPE_FP32:[4]", decoupled=True)
+    steps = [step("first", {"X": "A"}, {"Y": "D"}), step("second", {"X": "A"}, {"Y": "N"})]
+    config = ensemble(steps, outputs="D,N")
+    with pytest.raises(
+        ModelConfigError,
+        match=f"step of model '{config.name}' receives inputs originated from different decoupled models",
+    ):
+        EnsemblePlan(config, {"first": first, "second": second})
+
+
 def test_only_the_steps_of_the_requested_outputs_are_needed() -> None:
     steps = [step("double", {"X": "A"}, {"Y": "D"}), step("negate", {"X": "A"}, {"Y": "N"})]
     plan = EnsemblePlan(ensemble(steps, outputs="D,N"), {"double": DOUBLE, "negate": NEGATE})

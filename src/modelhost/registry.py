@@ -642,8 +642,9 @@ class ModelRegistry:
     ) -> LoadedModel:
         started = time.monotonic()
         plan = EnsemblePlan(config, composing)
-        if plan.decoupled:  # Triton decides it from the steps, and shows it in the config
-            config.model_transaction_policy.decoupled = True
+        # Triton decides it from the steps and sets it, false included: the (empty) message is in the config.
+        config.model_transaction_policy.SetInParent()
+        config.model_transaction_policy.decoupled = plan.decoupled
         model = LoadedModel(
             name,
             version,

@@ -168,6 +168,15 @@ def test_metadata_and_config(http: httpclient.InferenceServerClient) -> None:
     assert not config.get("model_transaction_policy", {}).get("decoupled", False)
 
 
+def test_the_config_has_the_transaction_policy_triton_sets(
+    grpc_client: grpcclient.InferenceServerClient,
+) -> None:
+    # Triton sets `decoupled` on every ensemble (false included): the message is present in the protobuf
+    # config, which its L0_model_config compares as text.
+    config = grpc_client.get_model_config("ens_chain").config
+    assert config.HasField("model_transaction_policy") and not config.model_transaction_policy.decoupled
+
+
 # --- decoupled steps
 
 

@@ -173,7 +173,14 @@ class EnsemblePlan:
                 else:
                     self._consistent(config, tensor, known, node)
                     known.model, known.lineage = step.model_name, lineage
-        return any(nodes[t.name].lineage for t in config.output if t.name in nodes)
+        # The ensemble's outputs meet as the inputs of one more step, the ensemble's response (Triton's sink node).
+        output_lineages = {nodes[t.name].lineage for t in config.output if t.name in nodes}
+        if len(output_lineages) > 1:
+            raise ModelConfigError(
+                f"in ensemble {name}, step of model '{name}' receives inputs originated from different decoupled "
+                "models"
+            )
+        return any(output_lineages)
 
     def _in_order(self, inputs: set[str]) -> list[Step]:
         """The steps in an order where each comes after the steps producing its inputs (the config may list them
