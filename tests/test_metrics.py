@@ -270,6 +270,40 @@ def test_summaries_and_histograms_render_as_prometheus_reads_them() -> None:
     assert buckets == {"100": 1, "500": 1, "2000": 1, "5000": 1, "+Inf": 1}
 
 
+def test_a_cached_model_has_cache_summaries_and_no_request_summary() -> None:
+    # As Triton: with summary_latencies and the response cache, nv_cache_{hit,miss}_summary_per_model; no
+    # nv_inference_request_summary_us for the cached model (Triton's DLIS-4762; its L0_metrics checks both).
+    config = MetricsConfig(summary_latencies=True, summary_quantiles=((0.5, 0.05),))
+    configure_metrics(config)
+    stats = ModelStats("c", "1")
+    stats.cached = True
+    stats.served_from_cache(3_000_000, 2_000_000)
+    stats.cache_missed(5_000_000)
+    text = render([_model(stats)], config=config).decode()
+    assert "nv_inference_request_summary" not in text
+    families = _families(text.encode())
+    assert set(families) == set(family_names(config, cache=True)) - {
+        "nv_inference_request_summary_us",
+        *(
+            name
+            for name in family_names(config, cache=True)
+            if name.startswith("nv_cache_") and "per_model" not in name
+        ),
+    }
+    hit = {
+        s.name: s.value
+        for s in families["nv_cache_hit_summary_per_model"].samples
+        if "quantile" not in s.labels
+    }
+    miss = {
+        s.name: s.value
+        for s in families["nv_cache_miss_summary_per_model"].samples
+        if "quantile" not in s.labels
+    }
+    assert hit == {"nv_cache_hit_summary_per_model_count": 1, "nv_cache_hit_summary_per_model_sum": 2000}
+    assert miss == {"nv_cache_miss_summary_per_model_count": 1, "nv_cache_miss_summary_per_model_sum": 5000}
+
+
 def test_metric_tags_label_every_family_of_the_model() -> None:
     config = text_format.Parse(
         'name: "m" metric_tags { key: "team" value: "a\\"b" } metric_tags { key: "bad-key" value: "x" }',

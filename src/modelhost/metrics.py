@@ -126,6 +126,20 @@ _SUMMARIES: list[tuple[str, str, str]] = [
     ),
 ]
 
+# With summary_latencies=true, for models whose responses are cached; Triton's help texts.
+_CACHE_SUMMARIES: list[tuple[str, str, str]] = [
+    (
+        "nv_cache_hit_summary_per_model",
+        "Summary of cache hit counts/durations per model, in microseconds.",
+        "cache_hit",
+    ),
+    (
+        "nv_cache_miss_summary_per_model",
+        "Summary of cache miss counts/durations per model, in microseconds.",
+        "cache_miss",
+    ),
+]
+
 # Only for models whose responses are cached (--cache-config and `response_cache { enable: true }`).
 _CACHE_COUNTS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
     ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.cache_hit.count),
@@ -183,6 +197,8 @@ def family_names(
         names += GPU_FAMILIES
     if cache:
         names += [name for name, _, _ in _CACHE_COUNTS] + [name for name, _ in CACHE_FAMILIES]
+        if config.summary_latencies:
+            names += [name for name, _, _ in _CACHE_SUMMARIES]
     return names
 
 
@@ -270,12 +286,25 @@ def render(
     if config.summary_latencies:
         quantiles = [q for q, _ in config.summary_quantiles]
         for name, help_text, attribute in _SUMMARIES:
+            # Triton publishes no request summary for a model whose responses are cached (its DLIS-4762).
+            series = [
+                (stats, label)
+                for stats, label, _, _ in entries
+                if stats.summaries is not None and not (attribute == "request" and stats.cached)
+            ]
+            if not series and attribute == "request" and entries:
+                continue
             lines.append(f"# HELP {name} {help_text}")
             lines.append(f"# TYPE {name} summary")
-            for stats, label, _, _ in entries:
+            for stats, label in series:
+                summary: Summary = getattr(stats.summaries, attribute)
+                lines.extend(_summary_lines(name, label, summary, quantiles))
+        for name, help_text, attribute in _CACHE_SUMMARIES if cached else []:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} summary")
+            for stats, label in cached:
                 if stats.summaries is not None:
-                    summary: Summary = getattr(stats.summaries, attribute)
-                    lines.extend(_summary_lines(name, label, summary, quantiles))
+                    lines.extend(_summary_lines(name, label, getattr(stats.summaries, attribute), quantiles))
     if config.histogram_latencies:
         lines.append(f"# HELP {FIRST_RESPONSE_HISTOGRAM} {_FIRST_RESPONSE_HELP}")
         lines.append(f"# TYPE {FIRST_RESPONSE_HISTOGRAM} histogram")

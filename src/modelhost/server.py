@@ -218,7 +218,7 @@ class Server:
             if cache is not None:
                 inserted = time.perf_counter_ns()
                 cache.insert(key, response)
-                stats.cache_miss.add(lookup_ns + time.perf_counter_ns() - inserted)
+                stats.cache_missed(lookup_ns + time.perf_counter_ns() - inserted)
             if verbose:
                 log.debug(
                     "%srequest for model '%s' version %s succeeded in %d us (queue %d us, compute %d us)",

@@ -194,9 +194,19 @@ class Summary:
 
 
 class LatencySummaries:
-    """The five latency summaries of one model version, in microseconds (nv_inference_*_summary_us)."""
+    """The latency summaries of one model version, in microseconds (nv_inference_*_summary_us, and the cache
+    hit and miss durations)."""
 
-    __slots__ = ("compute_infer", "compute_input", "compute_output", "quantiles", "queue", "request")
+    __slots__ = (
+        "cache_hit",
+        "cache_miss",
+        "compute_infer",
+        "compute_input",
+        "compute_output",
+        "quantiles",
+        "queue",
+        "request",
+    )
 
     def __init__(self, quantiles: Quantiles) -> None:
         self.quantiles = quantiles
@@ -205,6 +215,9 @@ class LatencySummaries:
         self.compute_input = Summary()
         self.compute_infer = Summary()
         self.compute_output = Summary()
+        # nv_cache_{hit,miss}_summary_per_model, for a model whose responses are cached.
+        self.cache_hit = Summary()
+        self.cache_miss = Summary()
 
     def observe(self, total_ns: int, timing: RequestTiming) -> None:
         # Whole microseconds, as Triton observes them (ns / 1000 in integers).
@@ -361,6 +374,14 @@ class ModelStats:
         self.last_inference_ms = time.time_ns() // 1_000_000
         self.success.add(total_ns)
         self.cache_hit.add(lookup_ns)
+        if self.summaries is not None:
+            self.summaries.cache_hit.observe(lookup_ns // 1000, time.monotonic())
+
+    def cache_missed(self, ns: int) -> None:
+        """A lookup that missed and the insertion of the response computed instead."""
+        self.cache_miss.add(ns)
+        if self.summaries is not None:
+            self.summaries.cache_miss.observe(ns // 1000, time.monotonic())
 
     def failed(self, total_ns: int, reason: str) -> None:
         self.last_inference_ms = time.time_ns() // 1_000_000

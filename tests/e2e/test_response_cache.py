@@ -97,6 +97,27 @@ def test_cache_metrics(server: RunningServer) -> None:
     assert 0 < samples[("nv_cache_util", "")] <= 1
 
 
+def test_cache_summaries_with_summary_latencies(tmp_path: Path) -> None:
+    # Triton's L0_metrics: nv_cache_{hit,miss}_summary_per_model, and no request summary for a cached model.
+    add_identity(tmp_path / "repo", "cached", "FP32", dims="[ -1 ]", extra="response_cache { enable: true }")
+    args = ("--cache-config=local,size=1048576", "--metrics-config=summary_latencies=true")
+    with running_server([tmp_path / "repo"], tmp_path / "s.log", *args) as server:
+        http = httpclient.InferenceServerClient(server.http_url)
+        values = np.array([[1.0, 2.0]], dtype=np.float32)
+        for _ in range(3):
+            _infer(http, "cached", values)
+        text = requests.get(f"http://localhost:{server.metrics_port}/metrics", timeout=10).text
+    counts = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.endswith("_count") and s.labels.get("model") == "cached"
+    }
+    assert counts["nv_cache_hit_summary_per_model_count"] == 2
+    assert counts["nv_cache_miss_summary_per_model_count"] == 1
+    assert "nv_inference_request_summary" not in text
+
+
 def test_a_redis_cache_is_refused_clearly(tmp_path: Path) -> None:
     import subprocess
     import sys

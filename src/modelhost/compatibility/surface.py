@@ -416,8 +416,6 @@ METRIC_NOTES: dict[str, Item] = {
             "nv_energy_consumption",
         )
     },
-    "nv_cache_hit_summary_per_model": Item("nv_cache_hit_summary_per_model", State.NOT_YET),
-    "nv_cache_miss_summary_per_model": Item("nv_cache_miss_summary_per_model", State.NOT_YET),
     "nv_pinned_memory_pool_total_bytes": Item(
         "nv_pinned_memory_pool_total_bytes",
         State.NOT_PLANNED,
