@@ -312,7 +312,7 @@ class PythonInstance:
                 "init_done",
                 settings.stub_timeout_seconds,
                 f"model instance '{self.name}' of model '{self.model_name}'",
-                lambda message: self.on_message(stub, message),
+                lambda message: self._on_message_while_starting(stub, message),
             )
             if reply.get("error"):
                 # Triton's reason, which names the file and line in the model that failed.
@@ -366,6 +366,12 @@ class PythonInstance:
         if stub.transport is None or stub.transport.is_closing():
             raise StubFailed(f"the stub process of model instance '{self.name}' is not running")
         stub.transport.write(ipc.encode(message))
+
+    def _on_message_while_starting(self, stub: _Stub, message: dict[str, Any]) -> None:
+        if message["op"] == "control":
+            self._on_control_while_starting(stub, message)
+        else:
+            self.on_message(stub, message)
 
     def on_message(self, stub: _Stub, message: dict[str, Any]) -> None:
         for segment, offset in message.pop("free", ()):
@@ -731,6 +737,35 @@ class PythonInstance:
         )
 
     async def _on_control(self, stub: _Stub, message: dict[str, Any]) -> None:
+        result, error = await self._control(message)
+        with contextlib.suppress(StubFailed):
+            self._send(stub, {"op": "reply", "id": message["id"], "result": result, "error": error})
+
+    def _on_control_while_starting(self, stub: _Stub, message: dict[str, Any]) -> None:
+        """Model control from `initialize` (Triton serves it: a model may load the models it calls), on the
+        loading thread while the stub's socket is not yet the event loop's: the request runs on the loop, the
+        answer goes back on the blocking socket. Bounded by the stub timeout: a load that waits on this one (the
+        model loading itself) fails instead of waiting forever."""
+        loop = self.ctx.services.loop
+        result: Any = None
+        error: str | None = None
+        if loop is None:
+            error = "model control is not available: the model runs outside a server"
+        else:
+            future = asyncio.run_coroutine_threadsafe(self._control(message), loop)
+            try:
+                result, error = future.result(self.settings.stub_timeout_seconds)
+            except TimeoutError:
+                future.cancel()
+                error = (
+                    f"the model control request did not complete within {self.settings.stub_timeout_seconds:g} s "
+                    "(a load waiting for this model's own load?)"
+                )
+        reply = {"op": "reply", "id": message["id"], "result": result, "error": error}
+        with contextlib.suppress(OSError):
+            stub.sock.sendall(ipc.encode(reply))
+
+    async def _control(self, message: dict[str, Any]) -> tuple[Any, str | None]:
         server = self.ctx.services.server
         kwargs = message.get("kwargs") or {}
         result: Any = None
@@ -755,8 +790,7 @@ class PythonInstance:
         except Exception as e:  # still an answer: the model waits for one
             log.exception("model control request of model instance '%s' failed", self.name)
             error = f"{type(e).__name__}: {e}"
-        with contextlib.suppress(StubFailed):
-            self._send(stub, {"op": "reply", "id": message["id"], "result": result, "error": error})
+        return result, error
 
     # -- failures and restarts ---------------------------------------------------------------------------------
 
