@@ -89,9 +89,12 @@ class ModelEntry:
     config: Any = None
     versions: dict[int, VersionEntry] = field(default_factory=dict)
     shared_fingerprint: str = ""
-    # Loaded with an override: its files are not the repository's, so an unchanged repository is no reason
+    # Loaded with file overrides: its files are not the repository's, so an unchanged repository is no reason
     # to keep it on the next load.
     overridden: bool = False
+    # Loaded with a config override alone: the override and what the repository held then. A later load without
+    # one keeps it while the repository is unchanged, as Triton does.
+    retained: tuple[str, Any] | None = None
     override_dir: tempfile.TemporaryDirectory[str] | None = None
     # What the last load attempt saw (success or failure): a poll retries a model only when this changes.
     seen: tuple[tuple[Path, ...], ModelFingerprint | None] | None = None
@@ -423,7 +426,9 @@ class ModelRegistry:
             else:
                 model_dir = self._model_dir(name, dirs)
             seen = await self._look(dirs)
-            if override is None:
+            if override is None and entry.retained is not None and entry.retained[1] == seen:
+                override = LoadOverride(config_json=entry.retained[0])  # the files are those it was loaded from
+            elif override is None:
                 entry.seen = seen
             config = await asyncio.to_thread(self._read_config, model_dir, override, name)
             # Off the event loop: the first model of a backend imports its framework (torch, openvino: seconds).
@@ -454,7 +459,7 @@ class ModelRegistry:
         def reusable(version: int) -> VersionEntry | None:
             old = entry.versions.get(version)
             if (
-                override is None
+                (override is None or not override.files)
                 and not entry.overridden
                 and old is not None
                 and old.state == ModelState.READY
@@ -535,7 +540,9 @@ class ModelRegistry:
         entry.versions = dict(sorted(built.items()))
         entry.model_dir, entry.config, entry.error = model_dir, config, ""
         entry.shared_fingerprint = fp.shared
-        entry.overridden = override is not None and not override.empty
+        entry.overridden = override is not None and bool(override.files)
+        retained_json = override.config_json if override is not None and not override.files else None
+        entry.retained = (retained_json, seen) if retained_json is not None else None
         entry.override_dir = holder
         self._retire(retired, old_holder)
         if failures:
@@ -989,6 +996,7 @@ class ModelRegistry:
             entry.error = ""
             entry.versions = {}
         entry.overridden = False
+        entry.retained = None
         holder, entry.override_dir = entry.override_dir, None
         return self._retire(retired, holder)
 

@@ -161,7 +161,9 @@ def test_unload_of_a_model_never_loaded_succeeds(client: httpclient.InferenceSer
 # --- overrides
 
 
-def test_config_override_replaces_config_pbtxt(client: httpclient.InferenceServerClient) -> None:
+def test_config_override_replaces_config_pbtxt(
+    server: RunningServer, client: httpclient.InferenceServerClient, repo: Path
+) -> None:
     override = {
         "platform": "onnxruntime_onnx",
         "max_batch_size": 2,
@@ -172,7 +174,16 @@ def test_config_override_replaces_config_pbtxt(client: httpclient.InferenceServe
     client.load_model("adder", config=json.dumps(override))
     assert client.get_model_config("adder")["max_batch_size"] == 2
     assert add_request(client, "adder").tolist() == [[1, 1, 1, 1]]  # version 1, as the override asks
-    client.load_model("adder")  # without an override: back to config.pbtxt
+    # Without an override, while the repository is unchanged: the override stays, as in Triton (its
+    # L0_lifecycle test_config_override), and nothing is loaded again.
+    loads = server.log().count("successfully loaded 'adder'")
+    client.load_model("adder")
+    assert client.get_model_config("adder")["max_batch_size"] == 2
+    assert server.log().count("successfully loaded 'adder'") == loads
+    # Once the repository changed: its config.pbtxt again.
+    config_file = repo / "adder" / "config.pbtxt"
+    config_file.write_text(config_file.read_text() + "\n")
+    client.load_model("adder")
     assert client.get_model_config("adder")["max_batch_size"] == 8
     assert add_request(client, "adder").tolist() == [[2, 2, 2, 2]]
 
