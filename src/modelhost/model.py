@@ -390,13 +390,21 @@ class LoadedModel:
 
     @property
     def in_flight(self) -> int:
-        """Requests of this version being served (queued or running)."""
-        return max(self._in_flight, self.stats.pending())
+        """Requests of this version being served (queued or running); for a sequence model, at least its live
+        sequences, as Triton counts them."""
+        return max(self._in_flight, self.stats.pending(), self._live_sequences())
 
     @property
     def busy(self) -> bool:
-        """Requests are queued for, or running on, this version."""
-        return self._in_flight > 0 or self.stats.pending() > 0
+        """Requests are queued for, or running on, this version, or sequences are live on it."""
+        return self._in_flight > 0 or self.stats.pending() > 0 or self._live_sequences() > 0
+
+    def _live_sequences(self) -> int:
+        return self.batcher.live_sequences() if isinstance(self.batcher, SequenceBatcher) else 0
+
+    def continues_sequence(self, request: InferenceRequest) -> bool:
+        """A later request of a sequence live on this version (the server serves it while it drains)."""
+        return isinstance(self.batcher, SequenceBatcher) and self.batcher.continues(request)
 
     async def drained(self) -> None:
         """Return once no request is running on this version (callers stop sending new ones first)."""

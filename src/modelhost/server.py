@@ -165,6 +165,15 @@ class Server:
 
     # -- inference ---------------------------------------------------------------------------------------------
 
+    def _continues_sequence(self, request: InferenceRequest) -> bool:
+        """While draining, the later requests of live sequences are still served, as Triton does: a sequence
+        begun before the stop can end (or is released once idle)."""
+        try:
+            model = self.registry.get(request.model_name, request.model_version)
+        except ModelhostError:
+            return False
+        return model.continues_sequence(request)
+
     def _stopping(self, model_name: str) -> Unavailable:
         """A new request while the server drains: Triton's words, which its scheduler gives (for an ensemble, its
         first step's scheduler, named after the ensemble). Clients and Triton's L0_lifecycle match them."""
@@ -177,7 +186,7 @@ class Server:
     async def infer(self, request: InferenceRequest, *, internal: bool = False) -> InferenceResponse:
         """`internal`: a request an ensemble makes of a composing model for a request already accepted (it goes
         on while the server drains)."""
-        if not (self.accepting or internal):
+        if not (self.accepting or internal or self._continues_sequence(request)):
             raise self._stopping(request.model_name)
         try:
             model = self.registry.get(request.model_name, request.model_version)
@@ -278,7 +287,7 @@ class Server:
         self, request: InferenceRequest, *, internal: bool = False
     ) -> AsyncIterator[InferenceResponse]:
         """The responses of one request of a stream (several for a decoupled model), each marked final or not."""
-        if not (self.accepting or internal):
+        if not (self.accepting or internal or self._continues_sequence(request)):
             raise self._stopping(request.model_name)
         model = await self.model_for_request(request.model_name, request.model_version)
         if not model.decoupled:
@@ -321,14 +330,18 @@ class Server:
     async def drain(self, timeout: float) -> bool:
         """Stop accepting and wait for in-flight requests; False if some were still running at the timeout."""
         self.accepting = False
-        if (
-            self._drained.is_set()
-        ):  # nothing in flight: done, whatever the timeout (wait_for(.., 0) would fail)
-            return True
-        try:
-            await asyncio.wait_for(self._drained.wait(), timeout)
-        except TimeoutError:
-            return False
+        deadline = time.monotonic() + timeout
+        if not self._drained.is_set():
+            try:
+                await asyncio.wait_for(self._drained.wait(), timeout)
+            except TimeoutError:
+                return False
+        # Then the sequences still live (their later requests are served meanwhile), until they end or are
+        # released for idleness, as Triton waits for them.
+        while self.registry.busy_versions():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
         return True
 
     def close(self) -> None:

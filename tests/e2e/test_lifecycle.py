@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -302,3 +303,30 @@ def test_a_model_being_unloaded_leaves_the_server_ready(slow_repo: Path, tmp_pat
         assert control.is_server_ready()
     finally:
         assert server.stop() == 0
+
+
+def test_sigterm_waits_for_live_sequences_and_serves_their_later_requests(tmp_path: Path) -> None:
+    # As Triton (its L0_lifecycle test_shutdown_sequence): a sequence begun before the stop counts as in flight;
+    # its later requests are served, a new sequence is refused, and the server exits once the sequence ends.
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(__file__).parent / "sequence_models" / "py_accumulator", repo / "py_accumulator")
+    (repo / "py_accumulator" / "1").mkdir(exist_ok=True)
+    server = start_server([repo], tmp_path / "server.log")
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+
+    def step(value: int, **flags: object) -> int:
+        tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        result = client.infer("py_accumulator", [tensor], **flags).as_numpy("OUTPUT")  # type: ignore[arg-type]
+        assert result is not None
+        return int(result[0, 0])
+
+    assert step(1, sequence_id=7, sequence_start=True) == 1
+    server.process.send_signal(signal.SIGTERM)
+    poll(lambda: "has 1 in-flight inferences" in server.log(), 10, "the live sequence counted as in flight")
+    with pytest.raises(InferenceServerException, match="Server is stopping"):
+        step(5, sequence_id=8, sequence_start=True)
+    assert server.process.poll() is None  # still draining: the sequence is live
+    assert step(2, sequence_id=7, sequence_end=True) == 3
+    assert server.process.wait(30) == 0
+    assert "All models are stopped" in server.log()

@@ -260,6 +260,11 @@ class SequenceBatcher:
         """Requests waiting, in slots or in the backlog."""
         return self._in_slots + self._in_backlog
 
+    def continues(self, request: InferenceRequest) -> bool:
+        """Whether the request is a later request of a live sequence (served while the server drains)."""
+        corrid, flags = sequence_params(request)
+        return not flags & SEQUENCE_START and corrid in self._live
+
     def live_sequences(self) -> int:
         """Sequences holding a slot or waiting in the backlog (freed ones are gone: a leak shows here)."""
         held = sum(1 for lane in self._lanes for s in lane.slots if s is not None)
