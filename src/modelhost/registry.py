@@ -89,6 +89,7 @@ class ModelEntry:
     config: Any = None
     versions: dict[int, VersionEntry] = field(default_factory=dict)
     shared_fingerprint: str = ""
+    shared_besides_config: str = ""  # the fingerprint of the shared files but the configuration
     # Loaded with file overrides: its files are not the repository's, so an unchanged repository is no reason
     # to keep it on the next load.
     overridden: bool = False
@@ -427,7 +428,9 @@ class ModelRegistry:
                 model_dir = self._model_dir(name, dirs)
             seen = await self._look(dirs)
             if override is None and entry.retained is not None and entry.retained[1] == seen:
-                override = LoadOverride(config_json=entry.retained[0])  # the files are those it was loaded from
+                override = LoadOverride(
+                    config_json=entry.retained[0]
+                )  # the files are those it was loaded from
             elif override is None:
                 entry.seen = seen
             config = await asyncio.to_thread(self._read_config, model_dir, override, name)
@@ -464,10 +467,12 @@ class ModelRegistry:
                 and old is not None
                 and old.state == ModelState.READY
                 and entry.model_dir == model_dir
-                and entry.shared_fingerprint == fp.shared
+                and entry.shared_besides_config == fp.shared_besides_config
                 and old.fingerprint == fp.versions.get(version)
-                and entry.config == config
+                and _same_but_version_policy(entry.config, config)
             ):
+                if old.model is not None:  # what the kept version reports (GET config) follows the new policy
+                    old.model.config.version_policy.CopyFrom(config.version_policy)
                 return old
             return None
 
@@ -540,6 +545,7 @@ class ModelRegistry:
         entry.versions = dict(sorted(built.items()))
         entry.model_dir, entry.config, entry.error = model_dir, config, ""
         entry.shared_fingerprint = fp.shared
+        entry.shared_besides_config = fp.shared_besides_config
         entry.overridden = override is not None and bool(override.files)
         retained_json = override.config_json if override is not None and not override.files else None
         entry.retained = (retained_json, seen) if retained_json is not None else None
@@ -1159,6 +1165,21 @@ class ModelRegistry:
             if entry.override_dir is not None:
                 entry.override_dir.cleanup()
                 entry.override_dir = None
+
+
+def _same_but_version_policy(old: Any, new: Any) -> bool:
+    """Triton loads a serving version again on a configuration change other than its version_policy (and its
+    instance groups, which Triton updates in place and modelhost loads anew)."""
+    if old is None:
+        return False
+    if old.version_policy == new.version_policy:
+        return bool(old == new)
+    left, right = type(old)(), type(new)()
+    left.CopyFrom(old)
+    right.CopyFrom(new)
+    left.ClearField("version_policy")
+    right.ClearField("version_policy")
+    return bool(left == right)
 
 
 __all__ = [

@@ -384,6 +384,28 @@ def test_unchanged_model_is_not_reloaded(
     assert server.log().count("successfully loaded 'simple'") == before
 
 
+def test_a_changed_version_policy_loads_only_the_new_versions(
+    server: RunningServer, client: httpclient.InferenceServerClient, repo: Path
+) -> None:
+    # As Triton (its L0_lifecycle test_load_new_model_version): a version whose files did not change stays
+    # loaded when only the version policy changed.
+    config_file = repo / "adder" / "config.pbtxt"
+    original = config_file.read_text()
+    assert "latest { num_versions: 1 }" in original
+    before = server.log().count("loaded 'adder' version 2 (")
+    try:
+        config_file.write_text(original.replace("latest { num_versions: 1 }", "all { }"))
+        client.load_model("adder")
+        assert client.is_model_ready("adder", "1") and client.is_model_ready("adder", "2")
+        assert server.log().count("loaded 'adder' version 2 (") == before  # kept, not loaded again
+        assert "all" in client.get_model_config("adder")["version_policy"]
+    finally:
+        config_file.write_text(original)
+        client.load_model("adder")
+    assert not client.is_model_ready("adder", "1") and client.is_model_ready("adder", "2")
+    assert server.log().count("loaded 'adder' version 2 (") == before
+
+
 def test_a_load_logs_tritons_line_once_and_each_version_apart(
     server: RunningServer, client: httpclient.InferenceServerClient
 ) -> None:
@@ -397,6 +419,7 @@ def test_a_load_logs_tritons_line_once_and_each_version_apart(
         assert re.search(r"loaded 'adder' version 1 \(\d+\.\d\d s\)", log)
         assert re.search(r"loaded 'adder' version 2 \(\d+\.\d\d s\)", log)
     finally:
+        client.unload_model("adder")  # forgets the override (a plain load would keep it)
         client.load_model("adder")
 
 

@@ -19,6 +19,10 @@ from modelhost.repository.layout import is_version_name
 class ModelFingerprint:
     shared: str = ""
     versions: dict[int, str] = field(default_factory=dict)
+    # The files outside the version directories other than the configuration (config.pbtxt, configs/): whether
+    # a version must load again when the configuration changed is decided from the configs themselves, as
+    # Triton does (a changed version_policy alone loads nothing again).
+    shared_besides_config: str = ""
 
 
 def _digest(rows: list[str]) -> str:
@@ -27,6 +31,7 @@ def _digest(rows: list[str]) -> str:
 
 def fingerprint(model_dir: Path) -> ModelFingerprint:
     shared: list[str] = []
+    besides_config: list[str] = []
     versions: dict[int, list[str]] = {}
     for root, dirs, files in os.walk(model_dir):
         # Python's bytecode caches appear after a python model's first load: not a change of the model.
@@ -46,5 +51,14 @@ def fingerprint(model_dir: Path) -> ModelFingerprint:
                 st = os.stat(os.path.join(root, name))
             except OSError:  # removed while we walk: the next poll sees the settled state
                 continue
-            rows.append(f"{os.path.join(rel_root, name)}\t{st.st_size}\t{st.st_mtime_ns}")
-    return ModelFingerprint(_digest(shared), {v: _digest(rows) for v, rows in sorted(versions.items())})
+            row = f"{os.path.join(rel_root, name)}\t{st.st_size}\t{st.st_mtime_ns}"
+            rows.append(row)
+            if rows is shared and not _is_config(parts, name):
+                besides_config.append(row)
+    return ModelFingerprint(
+        _digest(shared), {v: _digest(rows) for v, rows in sorted(versions.items())}, _digest(besides_config)
+    )
+
+
+def _is_config(parts: list[str], name: str) -> bool:
+    return (not parts and name == "config.pbtxt") or (bool(parts) and parts[0] == "configs")
