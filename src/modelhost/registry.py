@@ -14,6 +14,7 @@ building runtime sessions, closing them) runs on worker threads. Lifecycle rules
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import enum
 import json
@@ -959,10 +960,9 @@ class ModelRegistry:
             gpu_memory=self.settings.gpu_memory,
             services=self.services,
         )
-        instances: list[ModelInstance] = []
+        instances: list[ModelInstance] = _built_instances(backend, ctx, plan)
         try:
             for group, index, device in plan:
-                instances.append(backend.load_instance(ctx, group, index, device))
                 # Triton's line for a new instance (its backends', in their words)
                 log.info(
                     "TRITONBACKEND_ModelInstanceInitialize: %s_%d (%s device %d)",
@@ -1165,6 +1165,34 @@ class ModelRegistry:
             if entry.override_dir is not None:
                 entry.override_dir.cleanup()
                 entry.override_dir = None
+
+
+def _built_instances(backend: Any, ctx: BackendContext, plan: list[tuple[Any, int, int]]) -> list[Any]:
+    """The instances of the plan, in its order: built one after the other, or all at once on threads of their
+    own for a backend with `parallel_instances` (a python model's instances each initialize in their own
+    process), as Triton builds them. Where one fails, those built are closed and its error raised."""
+    if len(plan) < 2 or not getattr(backend, "parallel_instances", False):
+        built: list[Any] = []
+        try:
+            for group, index, device in plan:
+                built.append(backend.load_instance(ctx, group, index, device))
+        except BaseException:
+            for instance in built:
+                instance.close()
+            raise
+        return built
+    with concurrent.futures.ThreadPoolExecutor(
+        len(plan), thread_name_prefix=f"load-{ctx.model_name}"
+    ) as pool:
+        futures = [pool.submit(backend.load_instance, ctx, g, i, d) for g, i, d in plan]
+        concurrent.futures.wait(futures)
+    errors = [e for e in (f.exception() for f in futures) if e is not None]
+    if errors:
+        for future in futures:
+            if future.exception() is None:
+                future.result().close()
+        raise errors[0]
+    return [future.result() for future in futures]
 
 
 def _same_but_version_policy(old: Any, new: Any) -> bool:

@@ -92,3 +92,44 @@ def test_a_model_loads_what_it_calls_from_initialize_and_unloads_it_from_execute
     assert _call(http, unload=True) == 0  # not ready once unloaded
     assert not http.is_model_ready("simple")
     assert http.is_model_ready("loader")
+
+
+RENDEZVOUS = '''
+import json
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Each instance's initialize waits for the other's to have begun: it completes only when the instances are
+    built at the same time."""
+
+    def initialize(self, args):
+        here = os.path.dirname(__file__)
+        open(os.path.join(here, "began_" + args["model_instance_name"]), "w").close()
+        deadline = time.monotonic() + 20
+        while len([f for f in os.listdir(here) if f.startswith("began_")]) < 2:
+            if time.monotonic() > deadline:
+                raise pb_utils.TritonModelException("the other instance did not begin: built one at a time")
+            time.sleep(0.05)
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([]) for _ in requests]
+'''
+
+
+def test_a_python_models_instances_initialize_at_the_same_time(tmp_path: Path) -> None:
+    # As Triton, which builds the instances of backends declaring parallel loading at once (its L0_lifecycle
+    # test_concurrent_model_instance_load_speedup).
+    model = tmp_path / "repo" / "pair"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\ninstance_group [ { count: 2 kind: KIND_CPU } ]\n'
+        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    (model / "1" / "model.py").write_text(RENDEZVOUS)
+    with running_server([tmp_path / "repo"], tmp_path / "s.log") as server:
+        assert httpclient.InferenceServerClient(server.http_url).is_model_ready("pair")
+        assert sorted(p.name for p in (model / "1").glob("began_*")) == ["began_pair_0_0", "began_pair_0_1"]

@@ -82,6 +82,10 @@ class Backend(Protocol):
         ...
 
 
+# A backend whose instances may be built at the same time (each its own process or session) says so with
+# `parallel_instances = True`: a model's instances are then built on threads of their own, as Triton builds them
+# for the backends that declare parallel instance loading.
+#
 # A backend may also define the auto-complete hook that backends/registry.py `autocomplete` calls when
 # auto-complete is on (`--disable-auto-complete-config` not given):
 #

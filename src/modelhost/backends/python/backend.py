@@ -14,6 +14,7 @@ from modelhost.errors import ModelConfigError
 
 class PythonBackend:
     name = "python"
+    parallel_instances = True  # each instance is its own stub process
 
     @staticmethod
     def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
