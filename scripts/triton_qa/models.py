@@ -199,21 +199,25 @@ def backend_of(model_dir: Path) -> str | None:
 STAND_IN_BACKENDS = {"identity": "identity", "sequence": "sequence", "repeat": "repeat"}
 
 
+def stand_in_config(path: Path, backend: str) -> None:
+    """A config file of one of Triton's C++ test backends made the python stand-in's: `backend: "python"` and
+    the stand-in by its absolute path, so that version folders the tests make later, empty as Triton's C++
+    backends allow, load it too."""
+    sed(path, r'^(\s*)backend\s*:\s*"[^"]+"', r'\1backend: "python"')
+    sed(path, r"^\s*default_model_filename\s*:.*$", "")
+    append(path, f'default_model_filename: "{stand_in(STAND_IN_BACKENDS[backend]).resolve()}"\n')
+
+
 def replace_test_backends(repo: Path, used: set[str] | None = None) -> list[str]:
-    """Every model of `repo` whose backend is one of Triton's C++ test backends gets the python stand-in:
-    `backend: "python"` and the stand-in model.py in each version folder (made if there is none, as for the
-    nop models). Returns the models changed."""
+    """Every model of `repo` whose backend is one of Triton's C++ test backends gets the python stand-in
+    (`stand_in_config`), and a version folder if it has none (as for the nop models). Returns the models
+    changed."""
     changed: list[str] = []
     for model in sorted(p for p in repo.iterdir() if p.is_dir()):
         backend = backend_of(model)
         if backend not in STAND_IN_BACKENDS:
             continue
-        stand = stand_in(STAND_IN_BACKENDS[backend])
-        sed(config(model), r'^(\s*)backend\s*:\s*"[^"]+"', r'\1backend: "python"')
-        sed(config(model), r"^\s*default_model_filename\s*:.*$", "")
-        # The stand-in by its absolute path: version folders the tests make later, empty as Triton's C++
-        # backends allow, load it too.
-        append(config(model), f'default_model_filename: "{stand.resolve()}"\n')
+        stand_in_config(config(model), backend)
         if not any(v.is_dir() and v.name.isdigit() for v in model.iterdir()):
             (model / "1").mkdir()
         changed.append(model.name)

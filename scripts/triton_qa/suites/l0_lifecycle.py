@@ -5,6 +5,7 @@ concurrent loads, load retries, new versions."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 
@@ -41,7 +42,8 @@ def _qa_model(ctx: SuiteContext, name: str, dest: str, target: str | None = None
 def _stand_in_files(ctx: SuiteContext) -> None:
     """The config.pbtxt.* files test.sh leaves for the tests to copy in: the identity backend stood in for."""
     for f in ctx.work.glob("config.pbtxt.*"):
-        models.sed(f, r'backend:\s*"identity"', 'backend: "python"')
+        if re.search(r'backend:\s*"identity"', f.read_text()):
+            models.stand_in_config(f, "identity")
 
 
 def _python_identity(
