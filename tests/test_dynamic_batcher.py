@@ -265,6 +265,22 @@ def test_preserve_ordering_answers_in_arrival_order() -> None:
     assert finished == [0, 1, 2, 3]
 
 
+def test_preserve_ordering_records_how_long_a_finished_answer_was_held() -> None:
+    # The trace's INFER_RESPONSE_COMPLETE is when the answer leaves (Triton's L0_batcher verify_timestamps).
+    slow, fast = Recorder("slow", delay=0.08), Recorder("fast")
+    b, _ = batcher("max_batch_size: 1 dynamic_batching { preserve_ordering: true }", slow, fast)
+    jobs = [job(i) for i in range(2)]
+
+    async def go() -> None:
+        first = asyncio.create_task(b.execute(jobs[0]))
+        await asyncio.sleep(0.01)  # the first is on the slow instance
+        await asyncio.gather(first, b.execute(jobs[1]))
+
+    run(go())
+    assert jobs[0].timing.held_ns == 0  # answered as soon as it finished
+    assert jobs[1].timing.held_ns > 0  # finished first on the fast instance, then waited for the first
+
+
 def test_delay_scheduler_env_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
     fake = Recorder()

@@ -11,7 +11,7 @@ from modelhost.errors import InvalidArgument, ModelhostError, Unsupported
 from modelhost.stats import RequestTiming
 from modelhost.tracing.settings import TraceSettings, parse_trace_config
 from modelhost.tracing.sinks import OpenTelemetrySink, TritonFileSink
-from modelhost.tracing.tracer import Trace, Tracer, stamp_failed_request
+from modelhost.tracing.tracer import Trace, Tracer, stamp_failed_request, stamp_request
 
 
 class ListSink:
@@ -354,3 +354,13 @@ def test_a_failed_request_is_stamped_as_far_as_it_got(
     stamp_failed_request(trace, 1000, 5000)
     assert [name for name, _ in trace.timestamps] == expected
     assert [ns for _, ns in trace.timestamps] == sorted(ns for _, ns in trace.timestamps)
+
+
+def test_a_held_answer_completes_when_it_leaves() -> None:
+    # preserve_ordering: INFER_RESPONSE_COMPLETE after the wait for the answers before it; COMPUTE_END unmoved.
+    trace = Trace(1, "m", "1", "", TraceSettings())
+    stamp_request(
+        trace, 0, RequestTiming(input_ns=10, queue_ns=10, infer_ns=100, output_ns=10, held_ns=500), 1000
+    )
+    stamps = dict(trace.timestamps)
+    assert stamps["COMPUTE_END"] == 130 and stamps["INFER_RESPONSE_COMPLETE"] == 630

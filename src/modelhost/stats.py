@@ -87,6 +87,8 @@ class RequestTiming:
     input_ns: int = 0
     infer_ns: int = 0
     output_ns: int = 0
+    # preserve_ordering: how long the finished answer waited for the answers of requests that came before it.
+    held_ns: int = 0
 
 
 class WindowedQuantiles:

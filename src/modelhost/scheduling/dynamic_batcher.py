@@ -369,6 +369,8 @@ class DynamicBatcher:
         if not self.preserve_ordering:
             running.answer()
             return
+        if self._in_order and self._in_order[0] is not running:
+            running.finished_ns = time.perf_counter_ns()  # its answers wait for the batches sent before it
         # Answers leave in arrival order: a batch that ends early waits for the batches sent before it.
         while self._in_order and self._in_order[0].done:
             self._in_order.popleft().answer()
@@ -382,9 +384,12 @@ class _Running:
     answers: list[Arrays | BaseException] = field(default_factory=list)
     error: BaseException | None = None
     done: bool = False
+    finished_ns: int = 0  # preserve_ordering: when its execution ended (its answers may wait after that)
 
     def answer(self) -> None:
+        held = time.perf_counter_ns() - self.finished_ns if self.finished_ns else 0
         for i, pending in enumerate(self.batch):
+            pending.job.timing.held_ns = held
             if pending.future.done():  # the caller went away
                 continue
             answer = self.error if self.error is not None else self.answers[i]

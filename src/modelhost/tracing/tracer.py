@@ -75,13 +75,16 @@ def stamp_request(trace: Trace, started_ns: int, timing: Any, ended_ns: int) -> 
     compute_start = min(queue_start + timing.queue_ns, ended_ns)
     output_start = min(compute_start + timing.infer_ns, ended_ns)
     compute_end = min(output_start + timing.output_ns, ended_ns)
+    # The response is complete when it leaves the scheduler: with preserve_ordering, once the answers of the
+    # requests before it have (Triton's L0_batcher verify_timestamps checks it so).
+    response_complete = min(compute_end + getattr(timing, "held_ns", 0), ended_ns)
     for name, ns in (
         ("REQUEST_START", started_ns),
         ("QUEUE_START", queue_start),
         ("COMPUTE_START", compute_start),
         ("COMPUTE_INPUT_END", compute_start),
         ("COMPUTE_OUTPUT_START", output_start),
-        ("INFER_RESPONSE_COMPLETE", compute_end),
+        ("INFER_RESPONSE_COMPLETE", response_complete),
         ("COMPUTE_END", compute_end),
         ("REQUEST_END", ended_ns),
     ):
