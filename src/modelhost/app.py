@@ -297,8 +297,10 @@ async def _stop(
     which scripts waiting for a clean stop look for."""
     log.info("Waiting for in-flight requests to complete.")
     deadline = time.monotonic() + timeout
-    # The ports stay open while the requests in flight finish, as in Triton: a new inference request is answered
-    # UNAVAILABLE ("Server is stopping, ..."), readiness is false, and the other endpoints keep answering.
+    # The ports stay open while the requests in flight finish: a new inference request is answered UNAVAILABLE
+    # in Triton's words ("Server is stopping, ..."), readiness is false, the other endpoints keep answering.
+    # (Triton's gRPC port does the same; its HTTP port takes no new connection then, and modelhost's answers
+    # them rather than refusing them.)
     # Triton's account of what it waits for, once a second while it does, and once when done.
     watch = asyncio.create_task(_log_in_flight_every_second(server, deadline))
     try:
