@@ -107,6 +107,9 @@ class ModelEntry:
     def serving(self) -> list[VersionEntry]:
         return [v for v in self.versions.values() if v.state == ModelState.READY and v.model is not None]
 
+    def serving_versions(self) -> list[int]:
+        return [v.version for v in self.serving()]
+
 
 @dataclass(frozen=True, slots=True)
 class LoadSettings:
@@ -482,6 +485,7 @@ class ModelRegistry:
         out_of_memory = False  # a version failed for want of memory: the load fails with OutOfMemory
         present = [v for v in wanted if v in fp.versions]
         newly_built = False
+        config_changed = entry.config != config  # before a kept version takes the new version policy
         for version in wanted:
             kept = reusable(version)
             if kept is not None:
@@ -527,6 +531,8 @@ class ModelRegistry:
             log.error("failed to reload '%s': the versions loaded before keep serving", name)
             raise self._failure(name, failures, out_of_memory)
 
+        # Triton logs a load that changed anything (a version built or retired, or only its configuration).
+        changed = newly_built or config_changed or set(entry.serving_versions()) != set(built)
         # Commit: one step, with no await, so every request sees either the old versions or the new ones.
         retired = [
             v.model for v in entry.versions.values() if v.model is not None and built.get(v.version) is not v
@@ -554,8 +560,8 @@ class ModelRegistry:
         self._retire(retired, old_holder)
         if failures:
             raise self._failure(name, failures, out_of_memory)
-        if newly_built:
-            log.info("successfully loaded '%s'", name)  # Triton's line, once per load that built a version
+        if changed:
+            log.info("successfully loaded '%s'", name)  # Triton's line, once per load that changed the model
 
     @staticmethod
     def _failure(name: str, failures: dict[int, str], out_of_memory: bool) -> ModelhostError:
