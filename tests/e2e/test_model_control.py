@@ -392,6 +392,7 @@ def test_a_changed_version_policy_loads_only_the_new_versions(
     config_file = repo / "adder" / "config.pbtxt"
     original = config_file.read_text()
     assert "latest { num_versions: 1 }" in original
+    client.load_model("adder")  # serving version 2 under the repository's policy
     before = server.log().count("loaded 'adder' version 2 (")
     loads = server.log().count("successfully loaded 'adder'")
     try:
