@@ -230,6 +230,17 @@ def test_bls_python_calls_add_sub(api: Api) -> None:
     assert result.as_numpy("OUTPUT1").tolist() == [[-9, -18, -27, -36]]
 
 
+def test_bls_from_the_models_threads_while_execute_joins_them(api: Api) -> None:
+    # Triton's BLS qa model sends sequences from two threads and joins them: the replies must reach those
+    # threads while the main thread waits in join().
+    for _ in range(3):
+        result = api.infer(
+            "bls_threads", INPUT0=fp32(1, 2, 3, 4).reshape(1, 4), INPUT1=fp32(10, 20, 30, 40).reshape(1, 4)
+        )
+        assert result.as_numpy("OUTPUT0").tolist() == [[11, 22, 33, 44]]
+        assert result.as_numpy("OUTPUT1").tolist() == [[-9, -18, -27, -36]]
+
+
 def test_bls_async_execute_with_async_exec(api: Api) -> None:
     result = api.infer(
         "bls_async", INPUT0=fp32(1, 2, 3, 4).reshape(1, 4), INPUT1=fp32(10, 20, 30, 40).reshape(1, 4)

@@ -4,10 +4,12 @@
 
 Threads: the main thread reads the socket and runs the model (initialize, execute, finalize) one call at a time,
 in the order the server sends them. A hand-off to a reader thread cost more than a small model's execute, so
-there is none: when the model waits (a BLS result, a metric value, a coroutine, `is_cancelled()`), the main
-thread reads the socket itself meanwhile. An event loop thread runs `async def execute` and `async_exec`; the
-model's own threads wait for their replies while the main thread reads them. The process ends when the server
-closes its end of the socket, or after finalize.
+there is none: whichever thread waits for a reply (a BLS result, a metric value; the main thread also for a
+coroutine or `is_cancelled()`) reads the socket meanwhile, one at a time (`_reader`), and hands the replies it
+reads to their waiters. So a model's own threads get their BLS replies while its main thread is busy in the
+model's code (joining those threads, as Triton's BLS qa model does). Calls the server sends (execute, ...) are
+run by the main thread only. An event loop thread runs `async def execute` and `async_exec`. The process ends
+when the server closes its end of the socket, or after finalize.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import socket
 import sys
 import threading
 import traceback
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +86,8 @@ class _ResponseStream:
                 return
 
     def _next_reply(self) -> dict[str, Any]:
-        while True:
-            try:
-                return self.queue.get_nowait()
-            except queue.Empty:
-                if threading.get_ident() != self._stub._main:
-                    return self.queue.get()  # the main thread reads the replies
-                self._stub._pump()  # the main thread itself waits: it reads them
+        self._stub.wait_until(lambda: not self.queue.empty())
+        return self.queue.get_nowait()
 
     def cancel(self) -> None:
         self._stub.channel_send({"op": "bls_cancel", "id": self._id})
@@ -123,9 +120,14 @@ class Stub:
         self._main = threading.get_ident()
         self._busy = False
         self._deferred: list[dict[str, Any]] = []
-        # Written when a coroutine the main thread waits for ends, so that its select() returns.
+        # Written when what the reading thread waits for ends otherwise than by a message (a coroutine), so that
+        # its select() returns.
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_w.setblocking(False)
+        # The socket is read by one thread at a time: the one holding `_reader`. `_read` is notified after every
+        # read and when the reader lets go, so that the other waiting threads look at their replies or take over.
+        self._reader = threading.Lock()
+        self._read = threading.Condition()
 
     # -- messaging ---------------------------------------------------------------------------------------------
 
@@ -139,9 +141,9 @@ class Stub:
         with self._frees_lock:
             self._frees.append((segment, offset))
 
-    def _pump(self, timeout: float | None = None) -> None:
-        """Read what has arrived (or the wake-up of a finished coroutine) and handle it: the main thread's only
-        way of waiting, so that replies the model waits for are read by the thread that waits."""
+    def _read_once(self, timeout: float | None) -> None:
+        """Read what has arrived (or a wake-up) and route it; the caller holds `_reader`. Replies go to their
+        waiters; calls of the server wait for the main thread."""
         readable, _, _ = select.select([self.channel.sock, self._wake_r], [], [], timeout)
         if self._wake_r in readable:
             self._wake_r.recv(4096)
@@ -150,19 +152,56 @@ class Stub:
             if messages is None:
                 raise _ServerGone
             for message in messages:
-                self.handle(message)
+                if self._route(message) is not None:
+                    self._deferred.append(message)  # a call: the main thread runs it, in order
 
-    def handle(self, message: dict[str, Any]) -> None:
+    def _release_reader(self) -> None:
+        with self._read:
+            self._reader.release()
+            self._read.notify_all()
+
+    def wait_until(self, done: Callable[[], bool], timeout: float | None = None) -> None:
+        """Wait until `done()` (made true by a reply, or a wake-up), reading the socket meanwhile unless another
+        thread does. With `timeout` 0: read what has arrived, if no other thread is reading, and return."""
+        while not done():
+            if self._reader.acquire(blocking=False):
+                try:
+                    while not done():
+                        self._read_once(timeout)
+                        with self._read:
+                            self._read.notify_all()
+                        if timeout is not None:
+                            return
+                finally:
+                    self._release_reader()
+                return
+            if timeout is not None:
+                return
+            with self._read:
+                if not done() and self._reader.locked():
+                    self._read.wait()
+
+    def _route(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """Handle what any thread may (free lists, cancellations, replies); return a call of the server."""
         for segment, offset in message.pop("free", ()):
             self.arena.free(segment, offset)
         op = message["op"]
         if op == "free":
-            pass  # only its free list, handled above
-        elif op == "cancel":
+            return None  # only its free list, handled above
+        if op == "cancel":
             self._cancelled.add(message["key"])
-        elif op == "reply":
+            return None
+        if op == "reply":
             self._answer(message)
-        elif self._busy:
+            return None
+        return message
+
+    def handle(self, message: dict[str, Any]) -> None:
+        """Run a call of the server (on the main thread), or keep it for later while another one runs."""
+        if self._route(message) is None:
+            return
+        op = message["op"]
+        if self._busy:
             self._deferred.append(message)  # the server sends one call at a time; kept in order all the same
         else:
             self._busy = True
@@ -200,10 +239,9 @@ class Stub:
         return reply
 
     def _wait(self, future: concurrent.futures.Future[Any]) -> Any:
-        if threading.get_ident() == self._main:
-            future.add_done_callback(lambda _: self._wake_w.send(b"."))
-            while not future.done():
-                self._pump()
+        # A future another thread completes (a coroutine) wakes the reading thread's select().
+        future.add_done_callback(lambda _: self._wake_w.send(b"."))
+        self.wait_until(future.done)
         return future.result()
 
     # -- the main thread ---------------------------------------------------------------------------------------
@@ -214,12 +252,24 @@ class Stub:
             while True:
                 while self._deferred and not self._busy:
                     self.handle(self._deferred.pop(0))
-                # Idle: nothing but the socket can need us (no coroutine of ours is waited for), so a plain
-                # blocking read, one system call per message instead of select() and read.
-                messages = self.channel.receive_once()
-                if messages is None:
-                    raise _ServerGone
-                for message in messages:
+                if not self._reader.acquire(blocking=False):
+                    # A thread of the model reads for its replies: it keeps the calls it reads for us.
+                    with self._read:
+                        if self._reader.locked() and not self._deferred:
+                            self._read.wait()
+                    continue
+                try:
+                    if self._deferred:
+                        continue
+                    # Idle: nothing but the socket can need us (no coroutine of ours is waited for), so a plain
+                    # blocking read, one system call per message instead of select() and read.
+                    messages = self.channel.receive_once()
+                    if messages is None:
+                        raise _ServerGone
+                    calls = [m for m in messages if self._route(m) is not None]
+                finally:
+                    self._release_reader()
+                for message in calls:
                     self.handle(message)
         except _ServerGone:
             return
@@ -428,10 +478,9 @@ class Stub:
             self._release_inputs(key)
 
     def is_cancelled(self, key: int) -> bool:
-        if key not in self._cancelled and threading.get_ident() == self._main:
-            self._pump(
-                timeout=0
-            )  # the main thread is running the model: read a cancellation that came meanwhile
+        if key not in self._cancelled:
+            # Read a cancellation that came meanwhile, unless another thread is reading (it routes it).
+            self.wait_until(lambda: key in self._cancelled, timeout=0)
         return key in self._cancelled
 
     def _bls_message(
