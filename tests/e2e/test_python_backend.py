@@ -241,6 +241,17 @@ def test_bls_from_the_models_threads_while_execute_joins_them(api: Api) -> None:
         assert result.as_numpy("OUTPUT1").tolist() == [[-9, -18, -27, -36]]
 
 
+def test_bls_from_a_forked_process_fails_clearly(api: Api) -> None:
+    # The forked process would share the instance's connection and shared memory: refused there, not hung.
+    with pytest.raises(InferenceServerException, match="from a process forked by the model") as refused:
+        api.infer("bls_fork", INPUT0=fp32(1, 2, 3, 4).reshape(1, 4), INPUT1=fp32(1, 2, 3, 4).reshape(1, 4))
+    assert "use threads" in refused.value.message()
+    # The instance serves on.
+    assert api.infer(
+        "bls_python", INPUT0=fp32(1, 1, 1, 1).reshape(1, 4), INPUT1=fp32(1, 1, 1, 1).reshape(1, 4)
+    )
+
+
 def test_bls_async_execute_with_async_exec(api: Api) -> None:
     result = api.infer(
         "bls_async", INPUT0=fp32(1, 2, 3, 4).reshape(1, 4), INPUT1=fp32(10, 20, 30, 40).reshape(1, 4)

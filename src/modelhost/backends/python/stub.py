@@ -118,6 +118,7 @@ class Stub:
         self._frees_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main = threading.get_ident()
+        self._pid = os.getpid()
         self._busy = False
         self._deferred: list[dict[str, Any]] = []
         # Written when what the reading thread waits for ends otherwise than by a message (a coroutine), so that
@@ -131,7 +132,17 @@ class Stub:
 
     # -- messaging ---------------------------------------------------------------------------------------------
 
+    def _check_process(self, what: str) -> None:
+        if os.getpid() != self._pid:
+            # A process the model forked (multiprocessing) shares this process's one connection and shared
+            # memory: its messages and replies, and its blocks, would mix with ours. Refused clearly instead.
+            raise pb_utils.TritonModelException(
+                f"{what} from a process forked by the model (multiprocessing) is not supported by modelhost's "
+                "python backend: use threads, or call the server from the model's own process"
+            )
+
     def channel_send(self, message: dict[str, Any]) -> None:
+        self._check_process(f"'{message.get('op')}'")
         with self._frees_lock:
             if self._frees:
                 message["free"], self._frees = self._frees, []
@@ -486,6 +497,7 @@ class Stub:
     def _bls_message(
         self, request: pb_utils.InferenceRequest, decoupled: bool, timeout_us: int
     ) -> dict[str, Any]:
+        self._check_process("BLS")
         if not self.initialized or self.finalizing:
             raise pb_utils.TritonModelException("BLS is only supported during the 'execute' function.")
         inputs = [put_tensor(self.arena, t.name(), t._host_array()) for t in request.inputs()]
@@ -572,6 +584,9 @@ class Stub:
         return pb_utils.InferenceResponse(output_tensors=tensors, parameters=reply.get("parameters") or {})
 
     def log(self, level: str, message: str, filename: str, line: int) -> None:
+        if os.getpid() != self._pid:  # a forked process: its own stderr (the server's log) rather than an error
+            print(f"{level} {filename}:{line}] {message}", file=sys.stderr, flush=True)
+            return
         self.channel_send({"op": "log", "level": level, "message": message, "file": filename, "line": line})
 
     def register_metric_family(self, name: str, description: str, kind: str) -> None:
