@@ -133,3 +133,32 @@ def test_a_python_models_instances_initialize_at_the_same_time(tmp_path: Path) -
     with running_server([tmp_path / "repo"], tmp_path / "s.log") as server:
         assert httpclient.InferenceServerClient(server.http_url).is_model_ready("pair")
         assert sorted(p.name for p in (model / "1").glob("began_*")) == ["began_pair_0_0", "began_pair_0_1"]
+
+
+SLOW_INITIALIZE = """
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(4)  # longer than the stub timeout the test sets
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([]) for _ in requests]
+"""
+
+
+def test_initialize_is_not_bounded_by_the_stub_timeout(tmp_path: Path) -> None:
+    # As Triton: the stub timeout bounds the stub's start; the model's own initialize takes what it takes (its
+    # bls_model_loading qa model runs unit tests there for minutes).
+    model = tmp_path / "repo" / "slow_init"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    )
+    (model / "1" / "model.py").write_text(SLOW_INITIALIZE)
+    flags = ("--backend-config=python,stub-timeout-seconds=3",)
+    with running_server([tmp_path / "repo"], tmp_path / "s.log", *flags) as server:
+        assert httpclient.InferenceServerClient(server.http_url).is_model_ready("slow_init")

@@ -191,12 +191,14 @@ def exchange(
     timeout_s: float,
     what: str,
     on_other: Callable[[dict[str, Any]], None] | None = None,
+    unbounded_after: str | None = None,
 ) -> dict[str, Any]:
     """Send a message and wait for the `answer` op with blocking I/O (before the socket goes to the event
-    loop); what else the model says meanwhile (its logs) goes to `on_other`."""
+    loop); what else the model says meanwhile (its logs) goes to `on_other`. Once the `unbounded_after` op
+    arrives, the wait has no deadline (the process exiting still ends it)."""
     sock.settimeout(timeout_s)
     reader = FrameReader()
-    deadline = time.monotonic() + timeout_s
+    deadline: float | None = time.monotonic() + timeout_s
     try:
         sock.sendall(ipc.encode(message))
         while True:
@@ -212,9 +214,12 @@ def exchange(
             for reply in reader.feed(data):
                 if reply["op"] == answer:
                     return reply
-                if on_other is not None:
+                if reply["op"] == unbounded_after:
+                    deadline = None
+                    sock.settimeout(None)
+                elif on_other is not None:
                     on_other(reply)
-            if time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError
     except TimeoutError:
         raise StubFailed(
@@ -313,6 +318,7 @@ class PythonInstance:
                 settings.stub_timeout_seconds,
                 f"model instance '{self.name}' of model '{self.model_name}'",
                 lambda message: self._on_message_while_starting(stub, message),
+                unbounded_after="initializing",
             )
             if reply.get("error"):
                 # Triton's reason, which names the file and line in the model that failed.

@@ -299,6 +299,9 @@ class Stub:
             self.model = module.TritonPythonModel()
             initialize = getattr(self.model, "initialize", None)
             if initialize is not None:
+                # The model is imported: its own initialize may take as long as it takes, as in Triton (the
+                # stub timeout bounds the start only). The server stops counting.
+                self.channel_send({"op": "initializing"})
                 self._call(initialize, message["args"])
             self.initialized = True
         except BaseException as e:
