@@ -150,7 +150,8 @@ def _log_has(text: str, minimum: int = 1, exact: int | None = None):  # type: ig
 
 def _load_model(name: str):  # type: ignore[no-untyped-def]
     def check(ctx: SuiteContext, server: Server | None) -> str | None:
-        code, body = _http.request("POST", f"/v2/repository/models/{name}/load")
+        # test.sh's curl has no time limit: the model runs its unit tests in initialize (3 x a 30 s sleep).
+        code, body = _http.request("POST", f"/v2/repository/models/{name}/load", timeout=600)
         return None if code == 200 else f"loading {name} answered {code}: {body[:300]}"
 
     return check
