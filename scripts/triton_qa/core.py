@@ -109,6 +109,9 @@ class Config:
     translate_models: bool = True
     # Run only with --full: a variant of configurations that run anyway, left out by default for time.
     full_only: bool = False
+    # The server's working directory, relative to the suite's folder: where test.sh starts it (python models
+    # open files by paths relative to it).
+    server_cwd: str = ""
 
 
 @dataclass
@@ -301,8 +304,11 @@ def kill_tree(proc: psutil.Process | None, pgid: int | None, grace: float = 0.0)
 class Server:
     """modelhost started as tritonserver would be: `python -m modelhost serve ARGS`, output in SERVER_LOG."""
 
-    def __init__(self, ctx: SuiteContext, args: Sequence[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, ctx: SuiteContext, args: Sequence[str], env: dict[str, str], log_path: Path, cwd: str = ""
+    ) -> None:
         self.ctx = ctx
+        self.cwd = ctx.work / cwd
         self.args = list(args)
         self.env = env
         self.log_path = log_path
@@ -332,7 +338,7 @@ class Server:
             log.flush()
             self.proc = subprocess.Popen(
                 cmd,
-                cwd=self.ctx.work,
+                cwd=self.cwd,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -117,7 +117,7 @@ def run_config(ctx: SuiteContext, suite: Suite, cfg: Config, index: int) -> Conf
     server: Server | None = None
     try:
         if cfg.start != "none":
-            server = Server(ctx, args, env, server_log)
+            server = Server(ctx, args, env, server_log, cfg.server_cwd)
             server.launch()
             env["SERVER_PID"] = str(server.pid)
             if cfg.start == "fail":

@@ -246,6 +246,7 @@ def configs(ctx: SuiteContext) -> list[Config]:
                     setup=setup_bls,
                     env={"BLS_KIND": trial},
                     server_log=f"bls/bls_{trial}.{pool_mb}.inference_server.log",
+                    server_cwd="bls",
                     steps=steps,
                     after=[
                         Check("log_has_request_timeout_11000000000", _log_has("Request timeout: 11000000000"))
@@ -284,6 +285,7 @@ def configs(ctx: SuiteContext) -> list[Config]:
             Config(
                 name=f"bls_model_loading{'-warmup' if warmup else ''}",
                 args=args("bls", "models", "--model-control-mode=explicit"),
+                server_cwd="bls",  # the model opens models/onnx_int32_int32_int32/3/model.onnx from there
                 setup=setup_bls_warmup if warmup else setup_bls_single("bls_model_loading", extra_onnx=True),
                 steps=[
                     Check("load_bls_model_loading", _load_model("bls_model_loading")),
