@@ -709,6 +709,12 @@ DELIBERATE_DIFFERENCES: tuple[str, ...] = (
     "use that is unregistered (409), a python model's error response for invalid arguments",
     "4xx and 5xx answers carry the error's own status where Triton answers a fixed one (`/generate` with other than "
     "one answer: 400, Triton 200; a first /generate answer that is an error: its own status, Triton 400)",
+    "on SIGTERM / SIGINT, inference stops being accepted at once on every port (503 / UNAVAILABLE in Triton's "
+    "words, the ports open until the requests in flight are done) and idle keep-alive HTTP connections are closed "
+    "then; Triton 2.51 first waits, up to the exit timeout, for its clients to close every HTTP connection, serving "
+    "them meanwhile ([deploy.md](deploy.md))",
+    "BLS from a process a python model forks (`multiprocessing`) is refused with a clear error; Triton serves it "
+    "([python-backend.md](python-backend.md))",
 )
 
 

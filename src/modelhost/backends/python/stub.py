@@ -587,7 +587,9 @@ class Stub:
         return pb_utils.InferenceResponse(output_tensors=tensors, parameters=reply.get("parameters") or {})
 
     def log(self, level: str, message: str, filename: str, line: int) -> None:
-        if os.getpid() != self._pid:  # a forked process: its own stderr (the server's log) rather than an error
+        if (
+            os.getpid() != self._pid
+        ):  # a forked process: its own stderr (the server's log) rather than an error
             print(f"{level} {filename}:{line}] {message}", file=sys.stderr, flush=True)
             return
         self.channel_send({"op": "log", "level": level, "message": message, "file": filename, "line": line})
