@@ -204,6 +204,9 @@ class FakeSession:
     def get_outputs(self) -> list[Any]:
         return [SimpleNamespace(name="OUTPUT0", type="tensor(float)", shape=[None, 4])]
 
+    def get_overridable_initializers(self) -> list[Any]:
+        return []
+
 
 @pytest.fixture
 def fake_sessions(monkeypatch: pytest.MonkeyPatch, cuda_build: None) -> list[weakref.ref[FakeSession]]:

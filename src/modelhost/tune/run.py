@@ -220,7 +220,7 @@ def _search(options: TuneOptions, session: Session, p: Plan, progress: Progress)
     finally:
         progress.clear()
         if options.url is not None and session.target is not None:
-            session.target.load(None, 60)  # the repository's own config again
+            session.target.restore()  # the config it served before the run
         session.close()
     return False
 

@@ -53,6 +53,7 @@ class Target:
         self.model = model
         self.metrics_url = metrics_url
         self.pid = pid
+        self._served: str | None = None  # the config JSON served before the run (check_control)
 
     def _request(
         self, method: str, path: str, body: dict[str, object] | None, timeout: float
@@ -108,6 +109,13 @@ class Target:
                 f"the server at {self.url} cannot load model {self.model!r}: {error} (start it with "
                 "--model-control-mode=explicit)"
             )
+        # What it serves now, given back at the end: a load without a config keeps the last override (Triton's
+        # rule, modelhost's too), so the run's own configs would otherwise stay.
+        self._served = json.dumps(self.config())
+
+    def restore(self) -> None:
+        """Serve the model as it was served before the run (a server given with --url)."""
+        self.load(self._served, 60)
 
     def close(self) -> None:
         pass
