@@ -10,6 +10,7 @@ from typing import Any
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config import config_to_json
+from modelhost.config.normalize import is_ensemble
 from modelhost.errors import InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
 from modelhost.io_specs import format_shape
 from modelhost.log_settings import LogSettings
@@ -179,7 +180,7 @@ class Server:
         first step's scheduler, named after the ensemble). Clients and Triton's L0_lifecycle match them."""
         message = "Server is stopping, scheduler for model has stopped accepting new inference requests"
         entry = self.registry.models.get(model_name)
-        if entry is not None and entry.config is not None and entry.config.HasField("ensemble_scheduling"):
+        if entry is not None and entry.config is not None and is_ensemble(entry.config):
             message = f"in ensemble '{model_name}', {message}"
         return Unavailable(message)
 

@@ -286,13 +286,19 @@ def test_a_model_being_unloaded_leaves_the_server_ready(slow_repo: Path, tmp_pat
     # Triton answers ready right after an unload request (its L0_lifecycle test_concurrent_model_load_unload):
     # a version unloading on purpose, its last request still running, is no reason for not ready.
     server = start_server(
-        [slow_repo], tmp_path / "server.log", "--model-control-mode=explicit", "--load-model=slow"
+        [slow_repo],
+        tmp_path / "server.log",
+        "--model-control-mode=explicit",
+        "--load-model=slow",
+        "--log-verbose=1",
     )
     try:
         client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
         worker = threading.Thread(target=lambda: client.infer("slow", slow_inputs(3000)))
         worker.start()
-        time.sleep(0.5)  # the request is running (as in test_sigterm_lets_in_flight_requests_finish)
+        # The server took the request (its verbose line is written as the request goes to the model), whatever
+        # the machine's speed; it runs for seconds after.
+        poll(lambda: "request for model 'slow'" in server.log(), 30, "the request reached the server")
         control = httpclient.InferenceServerClient(server.http_url)
         control.unload_model("slow")
         states = {row["name"]: row.get("state") for row in control.get_model_repository_index()}

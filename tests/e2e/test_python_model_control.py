@@ -58,13 +58,19 @@ output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
 
 
+def _python_model(repo: Path, name: str, config: str, code: str) -> Path:
+    """A python model folder: config.pbtxt and 1/model.py."""
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(config)
+    (repo / name / "1" / "model.py").write_text(code)
+    return repo / name
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("control_repo")
     copy_examples(repo, "simple")
-    (repo / "loader" / "1").mkdir(parents=True)
-    (repo / "loader" / "config.pbtxt").write_text(LOADER_CONFIG)
-    (repo / "loader" / "1" / "model.py").write_text(LOADER)
+    _python_model(repo, "loader", LOADER_CONFIG, LOADER)
     with running_server(
         [repo],
         Path(tmp_path_factory.mktemp("log")) / "s.log",
@@ -120,16 +126,16 @@ class TritonPythonModel:
 '''
 
 
+PAIR_CONFIG = (
+    'backend: "python"\nmax_batch_size: 0\ninstance_group [ { count: 2 kind: KIND_CPU } ]\n'
+    'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+)
+
+
 def test_a_python_models_instances_initialize_at_the_same_time(tmp_path: Path) -> None:
     # As Triton, which builds the instances of backends declaring parallel loading at once (its L0_lifecycle
     # test_concurrent_model_instance_load_speedup).
-    model = tmp_path / "repo" / "pair"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 0\ninstance_group [ { count: 2 kind: KIND_CPU } ]\n'
-        'input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-    )
-    (model / "1" / "model.py").write_text(RENDEZVOUS)
+    model = _python_model(tmp_path / "repo", "pair", PAIR_CONFIG, RENDEZVOUS)
     with running_server([tmp_path / "repo"], tmp_path / "s.log") as server:
         assert httpclient.InferenceServerClient(server.http_url).is_model_ready("pair")
         assert sorted(p.name for p in (model / "1").glob("began_*")) == ["began_pair_0_0", "began_pair_0_1"]
@@ -150,15 +156,15 @@ class TritonPythonModel:
 """
 
 
+ONE_INPUT_CONFIG = (
+    'backend: "python"\nmax_batch_size: 0\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+)
+
+
 def test_initialize_is_not_bounded_by_the_stub_timeout(tmp_path: Path) -> None:
     # As Triton: the stub timeout bounds the stub's start; the model's own initialize takes what it takes (its
     # bls_model_loading qa model runs unit tests there for minutes).
-    model = tmp_path / "repo" / "slow_init"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 0\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
-    )
-    (model / "1" / "model.py").write_text(SLOW_INITIALIZE)
+    _python_model(tmp_path / "repo", "slow_init", ONE_INPUT_CONFIG, SLOW_INITIALIZE)
     flags = ("--backend-config=python,stub-timeout-seconds=3",)
     with running_server([tmp_path / "repo"], tmp_path / "s.log", *flags) as server:
         assert httpclient.InferenceServerClient(server.http_url).is_model_ready("slow_init")

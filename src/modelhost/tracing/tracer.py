@@ -77,7 +77,7 @@ def stamp_request(trace: Trace, started_ns: int, timing: Any, ended_ns: int) -> 
     compute_end = min(output_start + timing.output_ns, ended_ns)
     # The response is complete when it leaves the scheduler: with preserve_ordering, once the answers of the
     # requests before it have (Triton's L0_batcher verify_timestamps checks it so).
-    response_complete = min(compute_end + getattr(timing, "held_ns", 0), ended_ns)
+    response_complete = min(compute_end + timing.held_ns, ended_ns)
     for name, ns in (
         ("REQUEST_START", started_ns),
         ("QUEUE_START", queue_start),
