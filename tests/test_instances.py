@@ -255,3 +255,57 @@ def test_a_job_handed_ahead_to_a_busy_stub_counts_as_pending() -> None:
         assert pool.pending() == 0
 
     run(go())
+
+
+def test_an_added_instance_takes_a_waiting_job_at_once() -> None:
+    busy = FakeInstance("busy", delay=0.2)
+    pool = InstancePool([busy])
+
+    async def go() -> None:
+        first = asyncio.ensure_future(pool.execute(job()))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(pool.execute(job()))
+        await asyncio.sleep(0)
+        assert pool.pending() == 1  # waits for the only instance
+        added = FakeInstance("added")
+        pool.add([added])
+        assert pool.pending() == 0  # handed to the new instance
+        await asyncio.gather(first, second)
+        assert len(added.threads) == 1
+        assert len(pool) == 2
+
+    run(go())
+
+
+def test_a_retired_instance_finishes_its_job_then_closes_and_takes_no_more() -> None:
+    leaving, staying = FakeInstance("leaving", delay=0.2), FakeInstance("staying")
+    pool = InstancePool([leaving, staying])
+
+    async def go() -> None:
+        running = asyncio.ensure_future(pool.execute(job()))  # the most recently idle first: "leaving"
+        await asyncio.sleep(0.05)
+        assert leaving.active == 1
+        closed = pool.retire([leaving])
+        assert not leaving.closed  # its job runs to the end
+        for _ in range(3):
+            await pool.execute(job())
+        assert (await running)["OUT"].tolist() == [1, 1, 1, 1]
+        await closed
+        assert leaving.closed and not staying.closed
+        assert len(leaving.threads) == 1 and len(staying.threads) == 3
+        assert pool.instances == [staying]
+
+    run(go())
+
+
+def test_an_idle_retired_instance_closes_at_once() -> None:
+    leaving, staying = FakeInstance("leaving"), FakeInstance("staying")
+    pool = InstancePool([leaving, staying])
+
+    async def go() -> None:
+        await pool.retire([leaving])
+        assert leaving.closed
+        await pool.execute(job())
+        assert leaving.threads == [] and len(staying.threads) == 1
+
+    run(go())

@@ -693,3 +693,42 @@ def test_execution_failure_of_an_end_request_still_frees_the_slot() -> None:
         await b.execute(job(2, start=True, end=True))
 
     run(go())
+
+
+def test_an_added_instance_takes_a_backlogged_sequence() -> None:
+    first, added = Accumulator("first"), Accumulator("added")
+    b, _ = make("sequence_batching { }", first)  # one slot
+
+    async def go() -> None:
+        await b.execute(job(1, start=True))
+        waiting = asyncio.create_task(b.execute(job(2, start=True)))
+        await until(lambda: b.queued() == 1)  # in the backlog: the only slot is sequence 1's
+        b.add_lanes(b.pool.add([added]))
+        await waiting
+        assert len(added.batches) == 1 and len(first.batches) == 1
+        await b.execute(job(2, end=True))
+        assert len(added.batches) == 2  # sequence 2 stays on the added instance
+
+    run(go())
+
+
+def test_a_retired_instance_keeps_its_sequence_to_its_end_and_takes_no_new_one() -> None:
+    leaving, staying = Accumulator("leaving"), Accumulator("staying")
+    b, _ = make("sequence_batching { }", leaving, staying)
+
+    async def go() -> None:
+        await b.execute(job(1, start=True))  # slot 0 of the first instance
+        worker = b.pool.workers[0]
+        assert worker.instance is leaving and b.sequences_on(worker) == 1
+        emptied = b.retire_lane(worker)
+        await b.execute(job(2, start=True, end=True))  # not on the leaving instance
+        assert len(staying.batches) == 1
+        await b.execute(job(1))
+        assert not emptied.done()
+        await b.execute(job(1, end=True))
+        await emptied
+        assert len(leaving.batches) == 3
+        await b.execute(job(3, start=True, end=True))
+        assert len(staying.batches) == 2 and len(leaving.batches) == 3
+
+    run(go())

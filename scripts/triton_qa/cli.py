@@ -19,6 +19,7 @@ from triton_qa.suites import SUITES
 
 REPO = Path(__file__).resolve().parents[2]
 TAG = "v2.51.0"
+CLIENT_VERSION = TAG.removeprefix("v")
 
 
 def default_python() -> str:
@@ -53,6 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also the configurations left out by default for time (repeats of others)",
     )
     p.add_argument("--python", default=default_python(), help="the Python with modelhost and tritonclient")
+    p.add_argument(
+        "--tritonclient",
+        default=CLIENT_VERSION,
+        help="the tritonclient version the tests use, pip-installed into the cache, or 'installed' for the one "
+        "--python has (default: %(default)s, the release the tests were written for)",
+    )
     p.add_argument("--list", action="store_true", help="list the suites it knows and exit")
     p.add_argument(
         "--report-only",
@@ -94,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = ns.out.resolve()
     suites_dir = out / "suites"
     notes = [f"{flag} added to every server start: {why}" for flag, why in TRANSLATIONS]
+    if ns.tritonclient != "installed":
+        notes.append(f"The tests use tritonclient {ns.tritonclient}; the server, the packages --python has")
     notes.append(
         "Tests and servers run as in Triton's CPU-only CI: TRITON_SERVER_CPU_ONLY=1, BACKENDS='onnx libtorch' "
         "(plus python where the suite has python models), TRITONSERVER_IPADDR=localhost, qa/common on PYTHONPATH"
@@ -134,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             ns.configs,
             ns.full,
             log=lambda m: print(m, flush=True),
+            client="" if ns.tritonclient == "installed" else ns.tritonclient,
         )
         results.append(res)
         (suites_dir / f"{name}.json").write_text(json.dumps(res.to_json(), indent=1) + "\n")

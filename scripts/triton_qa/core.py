@@ -225,6 +225,9 @@ class SuiteContext:
     log: Callable[[str], None] = print
     verbose: bool = False
     pydeps: list[Path] = field(default_factory=list)
+    # tritonclient of the release the tests were written for, ahead of the installed one in the tests' path (None:
+    # the installed one).
+    client: Path | None = None
     # Set by the runner while a configuration runs.
     server_log: Path | None = None
     config: str = ""
@@ -541,6 +544,8 @@ def run_tests(
     results_dir = ctx.logs / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     full_env = {**env, **run.env}
+    if ctx.client is not None:  # for the tests only: the server keeps the installed packages
+        full_env["PYTHONPATH"] = os.pathsep.join([str(SHIM), str(ctx.client), full_env.get("PYTHONPATH", "")])
     if run.pytest:
         xml = results_dir / f"{tag}.xml"
         xml.unlink(missing_ok=True)
@@ -720,6 +725,43 @@ def base_env(ctx: SuiteContext) -> dict[str, str]:
     )
     env.pop("VIRTUAL_ENV", None)
     return env
+
+
+# The tritonclient of Triton 2.51 (its qa tests compare some of its own client-side messages), without its
+# dependencies (the installed grpcio, protobuf and geventhttpclient serve it), and the pkg_resources its shared-memory
+# utilities import.
+CLIENT_REQUIREMENTS = ("tritonclient[all]=={version}", "setuptools<70")
+
+
+def install_client(ctx: SuiteContext, version: str) -> Path | None:
+    """tritonclient `version` in a folder of the cache (once); None, with a line in the log, when pip fails."""
+    target = ctx.cache / "pydeps" / f"tritonclient-{version}"
+    if not (target / ".complete").exists():
+        if target.exists():
+            shutil.rmtree(target)
+        ctx.log(f"  pip install tritonclient=={version} (into {target})")
+        requirements = [r.format(version=version) for r in CLIENT_REQUIREMENTS]
+        proc = subprocess.run(
+            [
+                ctx.python,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--target",
+                str(target),
+                *requirements,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if proc.returncode != 0:
+            ctx.log(f"    failed, the tests use the installed tritonclient: {proc.stderr.strip()[-500:]}")
+            return None
+        (target / ".complete").write_text("")
+    return target
 
 
 def install_pydeps(ctx: SuiteContext, requirements: Sequence[str]) -> list[str]:

@@ -26,6 +26,7 @@ from triton_qa.core import (
     TestResult,
     apply_known,
     base_env,
+    install_client,
     install_pydeps,
     list_tests,
     log_tail,
@@ -176,7 +177,9 @@ def run_suite(
     config_filter: str | None = None,
     full: bool = False,
     log: Callable[[str], None] = print,
+    client: str = "",
 ) -> SuiteResult:
+    """`client`: the tritonclient version the tests use ("": the installed one)."""
     started = time.monotonic()
     result = SuiteResult(suite.name, left_out=list(suite.left_out), notes=list(suite.notes))
     qa_dir = suite.qa_dir or suite.name
@@ -186,6 +189,12 @@ def run_suite(
         triton=triton, qa=out / "work" / "qa", work=work, cache=cache, logs=logs, python=python, log=log
     )
     log(f"== {suite.name}")
+    if client:
+        ctx.client = install_client(ctx, client)
+        if ctx.client is None:
+            result.notes.append(
+                f"tritonclient {client} could not be installed: the tests used the installed one"
+            )
     if suite.pip:
         failed = install_pydeps(ctx, suite.pip)
         if failed:

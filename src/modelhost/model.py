@@ -17,10 +17,12 @@ from modelhost.backends.api import Arrays
 from modelhost.classification import classify, read_labels
 from modelhost.datatypes import NUMPY_TO_WIRE
 from modelhost.errors import DecoupledModel, InvalidArgument
+from modelhost.instance_update import Signature
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.scheduling.instances import InstancePool, Job
 from modelhost.scheduling.ragged import RaggedBatching, execute_alone
+from modelhost.scheduling.rate_limiter import InstanceNeeds
 from modelhost.scheduling.responses import ResponseSink
 from modelhost.scheduling.sequence_batcher import SequenceBatcher, server_fed_inputs
 from modelhost.stats import ModelStats, RequestTiming
@@ -112,6 +114,9 @@ class LoadedModel:
         )
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
+        # Each instance with its signature (instance_update.py), set by the registry: what a reload that changes
+        # only the instance groups matches the new groups against.
+        self.placements: list[tuple[Signature, Any]] = []
         # When this version began to serve: what "least recently used" counts from before its first request.
         self.loaded_at_ms = time.time_ns() // 1_000_000
         self.stats.pending = (
@@ -412,6 +417,39 @@ class LoadedModel:
             if self._idle is None or self._idle.is_set():
                 self._idle = asyncio.Event()
             await self._idle.wait()
+
+    # -- instance updates ----------------------------------------------------------------------------------------
+
+    def sequences_by_instance(self) -> dict[int, int]:
+        """id(instance) -> the sequences holding one of its slots (none without a sequence batcher)."""
+        if not isinstance(self.batcher, SequenceBatcher):
+            return {}
+        return {id(w.instance): self.batcher.sequences_on(w) for w in self.pool.workers}
+
+    def add_instances(self, instances: list[Any], needs: list[InstanceNeeds] | None) -> None:
+        """Put new instances into service now; raises ModelConfigError (nothing changed) when the rate limiter
+        cannot serve them."""
+        workers = self.pool.add(instances, needs)
+        if isinstance(self.batcher, SequenceBatcher):
+            self.batcher.add_lanes(workers)
+
+    def retire_instances(self, instances: list[Any]) -> list[asyncio.Task[None]]:
+        """Take instances out of service; one task per instance, done once it is closed: after the request it
+        runs, and for a sequence model after the last sequence in its slots ends."""
+        batcher = self.batcher if isinstance(self.batcher, SequenceBatcher) else None
+        workers = {id(w.instance): w for w in self.pool.workers}
+
+        async def retire(instance: Any, emptied: asyncio.Future[None] | None) -> None:
+            if emptied is not None:
+                await emptied
+            await self.pool.retire([instance])
+
+        loop = asyncio.get_running_loop()
+        # The slots close now (no new sequence goes there), the instance once they are empty.
+        return [
+            loop.create_task(retire(i, batcher.retire_lane(workers[id(i)]) if batcher is not None else None))
+            for i in instances
+        ]
 
     def close(self) -> None:
         if isinstance(self.batcher, SequenceBatcher):

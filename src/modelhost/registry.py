@@ -48,6 +48,7 @@ from modelhost.errors import (
     Unavailable,
 )
 from modelhost.gpu_memory import GpuMemory, check_load_limit
+from modelhost.instance_update import free_index, only_instance_groups_differ, plan_change, signature
 from modelhost.memory import release_free_memory
 from modelhost.model import LoadedModel
 from modelhost.model_memory import Footprint, files_size, is_out_of_memory, sample
@@ -56,7 +57,7 @@ from modelhost.repository.layout import model_directories
 from modelhost.repository.overrides import LoadOverride, check_model_name, write_model_files
 from modelhost.repository.sources import RepositoryError, RepositorySource
 from modelhost.scheduling.instances import InstancePool
-from modelhost.scheduling.rate_limiter import RateLimiter, needs_of
+from modelhost.scheduling.rate_limiter import InstanceNeeds, RateLimiter, needs_of
 from modelhost.warmup import run_warmup
 
 log = logging.getLogger("modelhost.registry")
@@ -463,6 +464,8 @@ class ModelRegistry:
             self._record_failure(entry, message)
             raise InvalidArgument(f"load failed for model '{name}': {message}")
 
+        regroup: set[int] = set()  # kept versions whose instances change in place (instance_update.py)
+
         def reusable(version: int) -> VersionEntry | None:
             old = entry.versions.get(version)
             if (
@@ -473,11 +476,16 @@ class ModelRegistry:
                 and entry.model_dir == model_dir
                 and entry.shared_besides_config == fp.shared_besides_config
                 and old.fingerprint == fp.versions.get(version)
-                and _same_but_version_policy(entry.config, config)
             ):
-                if old.model is not None:  # what the kept version reports (GET config) follows the new policy
-                    old.model.config.version_policy.CopyFrom(config.version_policy)
-                return old
+                if _same_but_version_policy(entry.config, config):
+                    if (
+                        old.model is not None
+                    ):  # what the kept version reports (GET config) follows the new policy
+                        old.model.config.version_policy.CopyFrom(config.version_policy)
+                    return old
+                if self._regroups_in_place(old.model, entry.config, config):
+                    regroup.add(version)
+                    return old
             return None
 
         built: dict[int, VersionEntry] = {}
@@ -488,7 +496,15 @@ class ModelRegistry:
         config_changed = entry.config != config  # before a kept version takes the new version policy
         for version in wanted:
             kept = reusable(version)
-            if kept is not None:
+            if kept is not None and version in regroup:
+                assert kept.model is not None
+                try:
+                    await self._regroup(kept.model, config, backend)
+                except Exception as e:  # the version serves on as it was
+                    failures[version] = str(_load_error(name, version, e))
+                else:
+                    built[version] = kept
+            elif kept is not None:
                 built[version] = kept
             elif version not in fp.versions and present:
                 # As Triton: a version the policy names that has no directory is skipped with an error in the
@@ -950,22 +966,24 @@ class ModelRegistry:
         model.stats.cold_start.add(time.monotonic_ns() - started)
         return model
 
-    def _load_version(
-        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
-    ) -> LoadedModel:
-        plan = _instance_plan(config, self.settings.gpu_count)
-        ctx = BackendContext(
+    def _context(self, name: str, version: int, model_dir: Path, config: Any, backend: Any) -> BackendContext:
+        return BackendContext(
             model_name=name,
             version=version,
             model_dir=model_dir,
             version_dir=model_dir / str(version),
             config=config,
             backend_config=self.settings.backend_settings(backend.name),
-            total_instances=len(plan),
+            total_instances=len(_instance_plan(config, self.settings.gpu_count)),
             gpu_count=self.settings.gpu_count,
             gpu_memory=self.settings.gpu_memory,
             services=self.services,
         )
+
+    def _new_instances(
+        self, ctx: BackendContext, backend: Any, plan: list[tuple[Any, int, int]]
+    ) -> list[ModelInstance]:
+        """Build the plan's instances and warm them up (before they serve, as in Triton); closed on failure."""
         instances: list[ModelInstance] = _built_instances(backend, ctx, plan)
         try:
             for group, index, device in plan:
@@ -981,17 +999,85 @@ class ModelRegistry:
                     # After the instance exists, as tritonserver checks (for every backend): its own memory
                     # counts against --model-load-gpu-limit.
                     check_load_limit(self.settings.gpu_memory, f"{group.name}_{index}", device)
-            run_warmup(config, model_dir, instances)  # before READY, as in Triton
-            limiter = self.settings.rate_limiter
-            needs = [needs_of(group, device) for group, _, device in plan] if limiter is not None else None
-            pool = InstancePool(instances, limiter, needs)  # fails where the limiter cannot serve them
+            run_warmup(ctx.config, ctx.model_dir, instances)
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
+        return instances
+
+    def _needs(self, plan: list[tuple[Any, int, int]]) -> list[InstanceNeeds] | None:
+        limiter = self.settings.rate_limiter
+        return [needs_of(group, device) for group, _, device in plan] if limiter is not None else None
+
+    def _load_version(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
+        plan = _instance_plan(config, self.settings.gpu_count)
+        instances = self._new_instances(
+            self._context(name, version, model_dir, config, backend), backend, plan
+        )
+        try:
+            # fails where the limiter cannot serve them
+            pool = InstancePool(instances, self.settings.rate_limiter, self._needs(plan))
         except BaseException:
             for instance in instances:
                 instance.close()
             raise
         model = LoadedModel(name, version, config, model_dir, pool)
+        model.placements = [(signature(g, d), i) for (g, _, d), i in zip(plan, instances, strict=True)]
         model.stats.cached = self.settings.response_cache and bool(config.response_cache.enable)
         return model
+
+    # -- instance updates --------------------------------------------------------------------------------------
+
+    def _regroups_in_place(self, model: LoadedModel | None, old: Any, new: Any) -> bool:
+        """Whether a reload from config `old` to `new` adds and removes instances of the serving `model` instead
+        of loading it anew (instance_update.py): only the instance groups changed, and whether the rate limiter
+        governs its instances stays as it was."""
+        if model is None or model.ensemble is not None or not only_instance_groups_differ(old, new):
+            return False
+        needs = self._needs(_instance_plan(new, self.settings.gpu_count))
+        return model.pool.rate_limited == (needs is not None and any(n.resources for n in needs))
+
+    async def _regroup(self, model: LoadedModel, config: Any, backend: Any) -> None:
+        """Add and remove instances of a serving version for the instance groups of `config`. The version serves
+        throughout; nothing changes when a new instance fails to load or the rate limiter cannot serve it."""
+        plan = _instance_plan(config, self.settings.gpu_count)
+        change = plan_change(model.placements, plan, model.sequences_by_instance())
+        taken = {i.name for i in model.pool.instances}
+        add = [(group, free_index(group, index, taken), device) for group, index, device in change.add]
+        added: list[ModelInstance] = []
+        if add:
+            ctx = self._context(model.name, model.version, model.model_dir, config, backend)
+            async with self._load_slots:
+                added = await asyncio.to_thread(self._new_instances, ctx, backend, add)
+            try:
+                model.add_instances(added, self._needs(add))
+            except BaseException:
+                await asyncio.to_thread(_close_all, added)
+                raise
+        retiring = model.retire_instances(change.remove)
+        model.placements = change.kept + [
+            (signature(g, d), i) for (g, _, d), i in zip(add, added, strict=True)
+        ]
+        model.config.CopyFrom(config)
+        log.info(
+            "updated the instances of '%s' version %d: %d added, %d removed",
+            model.name,
+            model.version,
+            len(added),
+            len(change.remove),
+        )
+        # The load returns once the removed instances are closed, but for those that serve sequences to their
+        # end: they close in the background.
+        holding = model.sequences_by_instance()
+        now = [t for t, i in zip(retiring, change.remove, strict=True) if not holding.get(id(i), 0)]
+        for task in retiring:
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+        if now:
+            await asyncio.gather(*now)
 
     # -- unloading ---------------------------------------------------------------------------------------------
 
@@ -1201,9 +1287,14 @@ def _built_instances(backend: Any, ctx: BackendContext, plan: list[tuple[Any, in
     return [future.result() for future in futures]
 
 
+def _close_all(instances: list[ModelInstance]) -> None:
+    for instance in instances:
+        instance.close()
+
+
 def _same_but_version_policy(old: Any, new: Any) -> bool:
     """Triton loads a serving version again on a configuration change other than its version_policy (and its
-    instance groups, which Triton updates in place and modelhost loads anew)."""
+    instance groups, which it updates in place: `_regroup`)."""
     if old is None:
         return False
     if old.version_policy == new.version_policy:

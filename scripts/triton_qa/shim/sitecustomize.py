@@ -128,3 +128,20 @@ class _PatchAfterImport(_abc.MetaPathFinder):
 
 if _STAND_INS:
     _sys.meta_path.insert(0, _PatchAfterImport())
+
+# 5. Python 3.10 removed the ABC aliases of `collections` (collections.MutableMapping, ...), which boofuzz 0.3.0,
+#    the version L0_http_fuzz's test.sh pins, still imports. They come back here as the collections.abc classes.
+import collections as _collections  # noqa: E402
+import collections.abc as _collections_abc  # noqa: E402
+
+for _name in (
+    "Callable",
+    "Iterable",
+    "Mapping",
+    "MutableMapping",
+    "MutableSequence",
+    "MutableSet",
+    "Sequence",
+):
+    if not hasattr(_collections, _name):
+        setattr(_collections, _name, getattr(_collections_abc, _name))

@@ -13,6 +13,9 @@ So the pool times every execution, and while a model's typical execution is shor
 request's inputs are small, it runs on the event loop thread itself: the same instance, the same exclusivity,
 without the two thread switches.
 
+Instance updates (instance_update.py): `add` puts new instances into service at once, `retire` takes instances out
+of it; a retired instance finishes what it runs, then closes (its model's finalize) off the event loop.
+
 Rate limiting (scheduling/rate_limiter.py): with the limiter on and instances that ask it for resources, an
 instance that is handed a job (`start`, `start_jobs`) first stages it with the limiter and runs it once granted
 its resources; it holds them until the execution ends (`release`). Waiting for an instance is unchanged, and
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +40,8 @@ from modelhost.scheduling.rate_limiter import InstanceNeeds, RateLimiter, Slot
 from modelhost.scheduling.responses import ResponseSink
 from modelhost.stats import RequestTiming
 from modelhost.types import InferenceRequest
+
+log = logging.getLogger(__name__)
 
 # Run on the event loop once the typical execution (CPU time) is shorter than this (and until it passes twice
 # that), for inputs smaller than that.
@@ -67,6 +73,7 @@ class Worker:
         self.requests = instance if isinstance(instance, RequestLevelInstance) else None
         self.batches = None if isinstance(instance, RequestLevelInstance) else instance
         self.spare = False
+        self.retired = False  # out of service (an instance update): it closes once its job ends
         # The instance's place with the rate limiter, when its pool is rate limited, and whether it holds its
         # resources now (from the limiter's grant to the end of the execution).
         self.slot: Slot | None = None
@@ -83,6 +90,15 @@ class Worker:
         if self.thread is not None:
             self.thread.shutdown(wait=True)
         self.instance.close()
+
+
+@dataclass(eq=False, slots=True)
+class _Retiring:
+    """An instance taken out of service: its workers, those still running a job, and its closing."""
+
+    workers: list[Worker]
+    busy: set[int]
+    closed: asyncio.Future[None]
 
 
 @dataclass(eq=False, slots=True)
@@ -121,17 +137,20 @@ class InstancePool:
         # Rate limited: only when some instance asks for resources (one that asks for none never waits).
         limited = limiter is not None and needs is not None and any(n.resources for n in needs)
         self._limiter = limiter if limited else None
-        self._slots: list[Slot] = []
+        self._pipelining = True
+        # Retired instances still running a job, by id(instance).
+        self._retiring: dict[int, _Retiring] = {}
+        slots: list[Slot] = []
         if self._limiter is not None:
             assert needs is not None and len(needs) == len(instances)
-            self._slots = self._limiter.register(needs)
+            slots = self._limiter.register(needs)
         # An instance may take a next job while it runs one (a python stub, which runs them one after the
         # other): a worker per place in its pipeline, so the next job is already there when the first ends.
         # These spare workers are used only when every instance already has a job: a job never waits behind
         # another on one instance while a second instance sits idle. None when rate limited: a job queued in
         # a stub behind another would hold resources without executing.
         self._workers = [Worker(i) for i in instances]
-        for worker, slot in zip(self._workers, self._slots, strict=False):
+        for worker, slot in zip(self._workers, slots, strict=False):
             worker.slot = slot
         self._spares = [
             Worker(i)
@@ -187,8 +206,89 @@ class InstancePool:
     def stop_pipelining(self) -> None:
         """No next job handed to an instance while it runs one (before the pool is used): every job waits in
         its scheduler's queue until an instance is free."""
+        self._pipelining = False
         self._spares = []
         self._idle_spares = []
+
+    @property
+    def rate_limited(self) -> bool:
+        """Whether the instances wait for the rate limiter's resources."""
+        return self._limiter is not None
+
+    def add(self, instances: list[Any], needs: list[InstanceNeeds] | None = None) -> list[Worker]:
+        """Put new instances into service now (an instance update); their workers, in order. Raises
+        ModelConfigError, with nothing changed, when the rate limiter cannot serve them."""
+        slots = self._limiter.register(needs) if self._limiter is not None and needs is not None else []
+        workers = [Worker(i) for i in instances]
+        for worker, slot in zip(workers, slots, strict=False):
+            worker.slot = slot
+        spares = [
+            Worker(i)
+            for i in instances
+            for _ in range(getattr(i, "pipeline_depth", 1) - 1 if self._pipelining and not slots else 0)
+        ]
+        for spare in spares:
+            spare.spare = True
+        self._workers.extend(workers)
+        self._spares.extend(spares)
+        for worker in workers + spares:
+            self.release(worker)  # to the first waiter, or idle
+        return workers
+
+    def retire(self, instances: list[Any]) -> asyncio.Future[list[None]]:
+        """Take instances out of service (an instance update): no job goes to them any more, and each closes once
+        the job it runs ends. Resolves once all of them are closed."""
+        loop = asyncio.get_running_loop()
+        ids = {id(i) for i in instances}
+        leaving = [w for w in self._workers + self._spares if id(w.instance) in ids]
+        idle = {id(w) for w in self._idle} | {id(w) for w in self._idle_spares}
+        self._workers = [w for w in self._workers if id(w.instance) not in ids]
+        self._spares = [w for w in self._spares if id(w.instance) not in ids]
+        self._idle = [w for w in self._idle if id(w.instance) not in ids]
+        self._idle_spares = [w for w in self._idle_spares if id(w.instance) not in ids]
+        closings: list[asyncio.Future[None]] = []
+        for instance in instances:
+            mine = [w for w in leaving if w.instance is instance]
+            for worker in mine:
+                worker.retired = True
+                self._pinned.pop(id(worker), None)
+            retiring = _Retiring(mine, {id(w) for w in mine if id(w) not in idle}, loop.create_future())
+            closings.append(retiring.closed)
+            self._retiring[id(instance)] = retiring
+            if not retiring.busy:
+                self._close_retired(retiring)
+        return asyncio.gather(*closings)
+
+    def _retired_done(self, worker: Worker) -> None:
+        """A retired instance's worker ended its job: the instance closes once none of its workers runs one."""
+        retiring = self._retiring.get(id(worker.instance))
+        if retiring is None:
+            return
+        retiring.busy.discard(id(worker))
+        if not retiring.busy:
+            self._close_retired(retiring)
+
+    def _close_retired(self, retiring: _Retiring) -> None:
+        """Close a retired instance off the event loop (a python model's finalize waits on it)."""
+        instance = retiring.workers[0].instance
+        del self._retiring[id(instance)]
+        slots = [w.slot for w in retiring.workers if w.slot is not None]
+
+        def close() -> None:
+            for worker in retiring.workers[1:]:
+                if worker.thread is not None:
+                    worker.thread.shutdown(wait=True)
+            retiring.workers[0].close()
+
+        def closed(done: asyncio.Future[None]) -> None:
+            if self._limiter is not None and slots:
+                self._limiter.unregister(slots)
+            if done.exception() is not None:
+                log.error("failed to close model instance '%s': %s", instance.name, done.exception())
+            if not retiring.closed.done():
+                retiring.closed.set_result(None)
+
+        asyncio.get_running_loop().run_in_executor(None, close).add_done_callback(closed)
 
     async def acquire(self) -> Worker:
         """The next idle instance (waiting in FIFO order for one); hand it to `run` or back to `release`."""
@@ -231,6 +331,9 @@ class InstancePool:
         """Give the instance to the first live waiter, or back to the idle stack."""
         if worker.granted:
             self._release_resources(worker)
+            return
+        if worker.retired:
+            self._retired_done(worker)
             return
         pinned = self._pinned.get(id(worker))
         while pinned:
@@ -382,7 +485,7 @@ class InstancePool:
 
     def close(self) -> None:
         if self._limiter is not None:
-            self._limiter.unregister(self._slots)
+            self._limiter.unregister([w.slot for w in self._workers if w.slot is not None])
         closed: set[int] = set()
         for worker in self._workers + self._spares:
             if id(worker.instance) not in closed:

@@ -120,6 +120,7 @@ class RateLimiter:
             limits = self._compute([*self._registered, *slots])
             self._registered.extend(slots)
             self._limits = limits
+        self._log_limits()
         self._nudge()
         return slots
 
@@ -131,6 +132,7 @@ class RateLimiter:
             # Removing instances cannot make the limits invalid; should it anyway, the old ones stay.
             with contextlib.suppress(ModelConfigError):
                 self._limits = self._compute(self._registered)
+        self._log_limits()
         self._nudge()
 
     def _compute(self, slots: list[Slot]) -> dict[ResourceKey, int]:
@@ -167,6 +169,19 @@ class RateLimiter:
             if given_name == name and (device == GLOBAL or given_device is None or given_device == device)
         ]
         return max(counts) if counts else None
+
+    def _log_limits(self) -> None:
+        """tritonserver's verbose account of the resources after each change (L0_model_update reads it)."""
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        lines = ["Max Resource Map===>"]
+        by_device: dict[int, list[tuple[str, int]]] = {}
+        for (device, name), count in sorted(self._limits.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            by_device.setdefault(device, []).append((name, count))
+        for device, resources in by_device.items():
+            lines.append(f"\tDevice: {'GLOBAL' if device == GLOBAL else device}")
+            lines.extend(f"\t\tResource: {name}\t Count: {count}" for name, count in resources)
+        log.debug("%s", "\n".join(lines) + "\n")
 
     def _nudge(self) -> None:
         """Limits changed on some thread: let the loop grant what they now allow."""

@@ -209,6 +209,8 @@ class _Lane:
     slots: list[_Sequence | None]
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    # Retired by an instance update: its slots take no new sequence; resolved once the last one ends.
+    emptied: asyncio.Future[None] | None = None
 
 
 class SequenceBatcher:
@@ -240,10 +242,12 @@ class SequenceBatcher:
                 f"implicit state (sequence_batching.state) is not supported for python model '{self.name}'; "
                 "keep the state in the model, keyed by request.correlation_id()"
             )
-        self._lanes = [_Lane(i, w, [None] * slots) for i, w in enumerate(pool.workers)]
+        self._slots_per_lane = slots
+        self._next_lane = len(pool.workers) - 1  # the last lane index handed out
+        self._lanes: dict[int, _Lane] = {i: _Lane(i, w, [None] * slots) for i, w in enumerate(pool.workers)}
         # Free slots, spread over the instances first (slot 0 of each instance, then slot 1, ...).
         self._free: list[tuple[int, int]] = sorted(
-            ((s, lane.index) for lane in self._lanes for s in range(slots)), reverse=True
+            ((s, lane.index) for lane in self._lanes.values() for s in range(slots)), reverse=True
         )
         self._live: dict[CorrelationId, _Sequence] = {}  # sequences that take more requests
         self._backlog: collections.deque[_Sequence] = collections.deque()
@@ -267,7 +271,7 @@ class SequenceBatcher:
 
     def live_sequences(self) -> int:
         """Sequences holding a slot or waiting in the backlog (freed ones are gone: a leak shows here)."""
-        held = sum(1 for lane in self._lanes for s in lane.slots if s is not None)
+        held = sum(1 for lane in self._lanes.values() for s in lane.slots if s is not None)
         return held + len(self._backlog)
 
     async def execute(self, job: Job, priority: int = 0, timeout_us: int = 0) -> Arrays:
@@ -322,7 +326,7 @@ class SequenceBatcher:
 
     def _wake(self, lane: _Lane | None) -> None:
         if self._delay_n or self._backlog_delay_n:
-            for each in self._lanes:  # every lane is held by the test hooks' global counts
+            for each in self._lanes.values():  # every lane is held by the test hooks' global counts
                 each.arrived.set()
         elif lane is not None:
             lane.arrived.set()
@@ -373,6 +377,9 @@ class SequenceBatcher:
 
     def _give_slot(self, lane: _Lane, slot: int) -> None:
         """The freed slot goes to the oldest backlogged sequence, with the requests it collected meanwhile."""
+        if lane.emptied is not None:  # a retired instance's: its last sequences end, nothing new comes
+            self._maybe_emptied(lane)
+            return
         while self._backlog:
             waiting = self._backlog.popleft()
             if not waiting.queue:  # cancelled in the backlog
@@ -385,6 +392,41 @@ class SequenceBatcher:
         self._free.append((slot, lane.index))
         self._free.sort(reverse=True)
 
+    # -- instance updates ---------------------------------------------------------------------------------------
+
+    def add_lanes(self, workers: list[Worker]) -> None:
+        """New instances (an instance update): their slots take backlogged sequences first, then new ones."""
+        for worker in workers:
+            index = max(self._lanes, default=-1) + 1
+            index = self._next_lane = max(index, self._next_lane + 1)
+            lane = _Lane(index, worker, [None] * self._slots_per_lane)
+            self._lanes[index] = lane
+            for slot in range(self._slots_per_lane):
+                self._give_slot(lane, slot)
+
+    def sequences_on(self, worker: Worker) -> int:
+        """Sequences holding a slot of that instance."""
+        return sum(
+            1 for lane in self._lanes.values() if lane.worker is worker for s in lane.slots if s is not None
+        )
+
+    def retire_lane(self, worker: Worker) -> asyncio.Future[None]:
+        """An instance leaves (an instance update): its slots take no new sequence, and the sequences in them go
+        on there until they end (as Triton keeps a removed instance for them). Resolves once none is left."""
+        lane = next(lane for lane in self._lanes.values() if lane.worker is worker)
+        lane.emptied = asyncio.get_running_loop().create_future()
+        self._free = [(slot, index) for slot, index in self._free if index != lane.index]
+        self._maybe_emptied(lane)
+        return lane.emptied
+
+    def _maybe_emptied(self, lane: _Lane) -> None:
+        if lane.emptied is None or any(s is not None for s in lane.slots):
+            return
+        del self._lanes[lane.index]
+        lane.arrived.set()  # its dispatcher sees no sequence and ends
+        if not lane.emptied.done():
+            lane.emptied.set_result(None)
+
     # -- idle release ------------------------------------------------------------------------------------------
 
     async def _reap(self) -> None:
@@ -393,7 +435,7 @@ class SequenceBatcher:
             now = time.perf_counter_ns()
             wait_ns = self.idle_ns
             held = False
-            for lane in self._lanes:
+            for lane in list(self._lanes.values()):
                 for sequence in lane.slots:
                     if sequence is None or sequence.closing:
                         continue
@@ -674,13 +716,17 @@ class SequenceBatcher:
         self._closed = True
         error = Unavailable(_UNLOADED.format(self.name))
         # The backlog first, so that no freed slot is handed to a backlogged sequence on the way out.
-        sequences = list(self._backlog) + [s for lane in self._lanes for s in lane.slots if s is not None]
+        sequences = list(self._backlog) + [
+            s for lane in self._lanes.values() for s in lane.slots if s is not None
+        ]
         for sequence in sequences:
             self._cancel(sequence, error)
-        for lane in self._lanes:
+        for lane in self._lanes.values():
             lane.slots = [None] * len(lane.slots)
             if lane.task is not None:
                 lane.task.cancel()
+            if lane.emptied is not None and not lane.emptied.done():
+                lane.emptied.set_result(None)
         self._backlog.clear()
         self._live.clear()
         if self._reaper is not None:
