@@ -94,6 +94,7 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "model_load_thread_count": 4,
         "model_load_retry_count": 0,
         "backend_config": {},
+        "backend_directory": "/opt/tritonserver/backends",
         "cuda_memory_pool_byte_size": {},
         "model_load_gpu_limit": {},
         "rate_limit": "off",
@@ -152,6 +153,7 @@ HONOURED_SAMPLES = {
     "metrics-address": "127.0.0.1",
     "metrics-port": "9002",
     "backend-config": "default-max-batch-size=8",
+    "backend-directory": "/srv/backends",
     "model-control-mode": "explicit",
     "repository-poll-secs": "1",
     "load-model": "simple",
@@ -615,9 +617,14 @@ def test_ignored_flag_values_are_still_checked() -> None:
         parse_serve_args(["--http-thread-count=many"])
 
 
-def test_the_issue_lists_backend_repoagent_and_cache_directories_as_ignored() -> None:
+def test_the_issue_lists_repoagent_and_cache_directories_as_ignored() -> None:
     ignored = {f.name for f in IGNORED}
-    assert {"backend-directory", "repoagent-directory", "cache-directory"} <= ignored
+    assert {"repoagent-directory", "cache-directory"} <= ignored
+    assert "backend-directory" not in ignored  # python-based backends are found there
+
+
+def test_backend_directory_is_parsed() -> None:
+    assert parse_serve_args(["--backend-directory=/srv/backends"]).backend_directory == "/srv/backends"
 
 
 # tritonserver 2.5x's flags (reference/triton.md section 1 and `tritonserver --help`).

@@ -727,6 +727,21 @@ def base_env(ctx: SuiteContext) -> dict[str, str]:
     return env
 
 
+def stand_in_backends(ctx: SuiteContext) -> Path:
+    """A backend directory (--backend-directory) in the cache with the stand-ins of Triton's C++ test backends as
+    python-based backends: <dir>/identity/model.py, ... A model whose config names `identity` is served by it."""
+    from triton_qa.models import STAND_IN_BACKENDS
+
+    root = ctx.cache / "backends"
+    for backend, stand_in in STAND_IN_BACKENDS.items():
+        source = (STAND_INS / stand_in / "model.py").read_bytes()
+        target = root / backend / "model.py"
+        if not target.exists() or target.read_bytes() != source:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(source)
+    return root
+
+
 # The tritonclient of Triton 2.51 (its qa tests compare some of its own client-side messages), without its
 # dependencies (the installed grpcio, protobuf and geventhttpclient serve it), and the pkg_resources its shared-memory
 # utilities import.

@@ -32,6 +32,7 @@ from triton_qa.core import (
     log_tail,
     prepare_work,
     run_tests,
+    stand_in_backends,
 )
 
 # Flags added to every server start, each a translation of a tritonserver 2.51 default modelhost does not
@@ -51,6 +52,20 @@ def translate_args(args: Sequence[str]) -> list[str]:
         if not any(a == name or a.startswith(name + "=") for a in out):
             out.append(flag)
     return out
+
+
+def with_stand_in_backends(args: Sequence[str], backends: Path) -> list[str]:
+    """The server's --backend-directory made the folder of stand-in backends (any given one dropped)."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--backend-directory":
+            skip = True
+        elif not arg.startswith("--backend-directory="):
+            out.append(arg)
+    return [*out, f"--backend-directory={backends}"]
 
 
 def _slug(text: str) -> str:
@@ -88,7 +103,10 @@ def run_config(ctx: SuiteContext, suite: Suite, cfg: Config, index: int) -> Conf
     env = base_env(ctx)
     env.update(cfg.env)
     env["SERVER_LOG"] = str(server_log)
-    args = translate_args(cfg.args)
+    # Triton's C++ test backends, which config overrides name, as python-based backends of the same behaviour.
+    backends = stand_in_backends(ctx)
+    env["TRITON_QA_BACKENDS"] = str(backends)
+    args = with_stand_in_backends(translate_args(cfg.args), backends)
     result = ConfigResult(suite.name, cfg.name, args, server_log=str(server_log))
     ctx.log(f"  [{cfg.name}] {' '.join(args)}")
 

@@ -13,6 +13,7 @@ from typing import cast
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.backends.api import BackendServices
+from modelhost.backends.registry import set_backend_directory
 from modelhost.devices import gpu_count
 from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
@@ -108,6 +109,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     for level, message in gpu_memory_notes(options, gpus):
         log.log(level, "%s", message)
     cache_settings = parse_cache_config(options.cache_config)  # checked by ServerOptions
+    set_backend_directory(options.backend_directory)
     settings = LoadSettings(
         config_name=options.model_config_name,
         auto_complete=options.auto_complete_config,

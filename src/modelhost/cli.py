@@ -326,8 +326,9 @@ FLAGS: tuple[Flag, ...] = (
                           for k in keys)
               + "; other settings are not supported yet (docs/cli.md says what each does).",
               repeatable=True, metavar="[<backend>,]<setting>=<value>"),
-    _ignored("backend-directory", "str", "/opt/tritonserver/backends", BACKEND,
-             "Directory of backend shared libraries.", "modelhost's backends are built in"),
+    _honoured("backend-directory", "str", "/opt/tritonserver/backends", BACKEND,
+              "Directory of backends: modelhost finds python-based backends there (<dir>/<name>/model.py); its "
+              "other backends are built in.", field="backend_directory"),
     _ignored("repoagent-directory", "str", "/opt/tritonserver/repoagents", BACKEND,
              "Directory of repository agent shared libraries.", "modelhost loads no repository agents"),
     # Tracing

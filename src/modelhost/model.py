@@ -91,7 +91,7 @@ class LoadedModel:
         self.platform = config.platform or config.backend
         # A python model's outputs go out in the data type the model gave them, whatever the config says, as
         # Triton's python backend passes them; other backends' outputs are the config's type.
-        self.outputs_typed_by_model = config.backend == "python"
+        self.outputs_typed_by_model = pool.request_level  # python models and python-based backends
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.stats = ModelStats(name, self.version_str)
         # The scheduler in front of the instances (scheduling/): a request alone on an idle instance, or batched.

@@ -112,6 +112,7 @@ class ServerOptions:
     model_load_retry_count: int = 0
     # backend name ("" = global) -> setting -> value, as given to --backend-config.
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    backend_directory: str = "/opt/tritonserver/backends"  # python-based backends: <dir>/<name>/model.py
     # The memory flags; modelhost.gpu_memory says what they map onto.
     cuda_memory_pool_byte_size: dict[int, int] = field(default_factory=dict)  # CUDA device -> bytes
     model_load_gpu_limit: dict[int, float] = field(default_factory=dict)  # CUDA device -> fraction in use

@@ -350,10 +350,16 @@ class ModelRegistry:
             except Exception:  # a poll must never end polling
                 log.exception("failed to poll the model repositories")
 
-    async def settled(self) -> None:
-        """Wait until every retired version is closed (tests, shutdown)."""
+    async def settled(self, timeout: float | None = None) -> bool:
+        """Wait until every retired version (and instance) is closed; False if some were not by `timeout`. The
+        closings go on either way (tests, shutdown)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self._retiring:
-            await asyncio.gather(*list(self._retiring), return_exceptions=True)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.wait(list(self._retiring), timeout=left)
+        return True
 
     # -- loading -----------------------------------------------------------------------------------------------
 
@@ -967,13 +973,18 @@ class ModelRegistry:
         return model
 
     def _context(self, name: str, version: int, model_dir: Path, config: Any, backend: Any) -> BackendContext:
+        backend_config = self.settings.backend_settings(backend.name)
+        if (
+            getattr(backend, "model_file", None) is not None
+        ):  # python-based: the python backend's settings first
+            backend_config = {**self.settings.backend_settings("python"), **backend_config}
         return BackendContext(
             model_name=name,
             version=version,
             model_dir=model_dir,
             version_dir=model_dir / str(version),
             config=config,
-            backend_config=self.settings.backend_settings(backend.name),
+            backend_config=backend_config,
             total_instances=len(_instance_plan(config, self.settings.gpu_count)),
             gpu_count=self.settings.gpu_count,
             gpu_memory=self.settings.gpu_memory,

@@ -343,7 +343,9 @@ class Server:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.05)
-        return True
+        # And the versions a reload or unload is closing in the background (a python model's finalize), which
+        # Triton counts among its live models until they are gone (L0_lifecycle: both unloads are logged).
+        return await self.registry.settled(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         self.live = False

@@ -86,6 +86,11 @@ def test_the_page_is_current() -> None:
 def test_backends_are_served_exactly_where_the_page_says() -> None:
     served = set(served_backends())
     for name, _, item in backend_items():
+        if (
+            name == "python-based backends"
+        ):  # a kind of backend, each named by its folder: the python backend's
+            assert item.state is State.SUPPORTED and "python" in served
+            continue
         assert (item.state in SERVED) == (name in served), name
     assert served <= {name for name, _, _ in backend_items()}
 

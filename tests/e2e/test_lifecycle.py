@@ -112,6 +112,7 @@ def test_exit_timeout_bounds_shutdown(slow_repo: Path, tmp_path: Path) -> None:
     assert "Model 'slow' (version 1) has 1 in-flight inferences" in log
     assert "All models are stopped" not in log
     worker.join(60)
+    client.close()  # here, not in a garbage collection on whichever thread runs it
 
 
 def _ignore_errors(fn: Callable[[], object]) -> None:
@@ -336,3 +337,57 @@ def test_sigterm_waits_for_live_sequences_and_serves_their_later_requests(tmp_pa
     assert step(2, sequence_id=7, sequence_end=True) == 3
     assert server.process.wait(30) == 0
     assert "All models are stopped" in server.log()
+
+
+SLOW_FINALIZE = """
+import json
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.marker = config["parameters"]["marker"]["string_value"]
+        self.finalize_s = float(config["parameters"]["finalize_s"]["string_value"])
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "INPUT0")]) for r in requests]
+
+    def finalize(self):
+        time.sleep(self.finalize_s)
+        with open(self.marker, "a") as f:
+            f.write("finalized\\n")
+"""
+
+
+def test_shutdown_waits_for_a_version_unloading_in_the_background(tmp_path: Path) -> None:
+    # As Triton (its L0_lifecycle test_shutdown_while_background_unloading): a reload leaves the old version to
+    # finalize in the background; a stop then waits for it too, and both unloads are logged.
+    repo, marker = tmp_path / "repo", tmp_path / "finalized.txt"
+    (repo / "slow_finalize" / "1").mkdir(parents=True)
+    (repo / "slow_finalize" / "1" / "model.py").write_text(SLOW_FINALIZE)
+    config = (
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        f'parameters {{ key: "marker" value: {{ string_value: "{marker}" }} }}\n'
+    )
+    finalize_s = 'parameters {{ key: "finalize_s" value: {{ string_value: "{}" }} }}\n'
+    # The version loaded first takes far longer to finalize than the rest of a shutdown takes; the second none.
+    (repo / "slow_finalize" / "config.pbtxt").write_text(config + finalize_s.format(4))
+    server = start_server([repo], tmp_path / "server.log", "--model-control-mode=explicit", "--load-model=*")
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        (repo / "slow_finalize" / "config.pbtxt").write_text(config + finalize_s.format(0))
+        client.load_model("slow_finalize")  # a new version; the old one finalizes in the background
+    finally:
+        client.close()
+    server.process.send_signal(signal.SIGTERM)
+    assert server.process.wait(60) == 0
+    log = server.log()
+    assert log.count("successfully unloaded 'slow_finalize' version 1") == 2
+    assert log.index("server stopped") > log.rindex("successfully unloaded")
+    assert marker.read_text().splitlines() == ["finalized", "finalized"]

@@ -63,7 +63,8 @@ if not hasattr(_uc.TestCase, "_feedErrorsToResult"):
 
 # 4. Stand-ins in the config overrides tests send: a load request whose JSON config names one of Triton's C++ test
 #    backends (`"backend": "identity"`) gets the python stand-in, as the model folders do (models.py). Patched into
-#    tritonclient's load_model once its client module is imported, in test processes only.
+#    tritonclient's load_model once its client module is imported, in test processes only. Not where the runner
+#    gives the server its stand-ins as python-based backends (TRITON_QA_BACKENDS): the names then stay.
 import importlib.abc as _abc  # noqa: E402
 import json as _json  # noqa: E402
 
@@ -72,7 +73,8 @@ _STAND_IN_BACKENDS = {"identity": "identity", "sequence": "sequence", "repeat": 
 
 
 def _stand_in_config(config):  # type: ignore[no-untyped-def]
-    if not _STAND_INS or not isinstance(config, str):
+    if not _STAND_INS or not isinstance(config, str) or _os.environ.get("TRITON_QA_BACKENDS"):
+        # With TRITON_QA_BACKENDS the server has the stand-ins as python-based backends of the same names.
         return config
     try:
         parsed = _json.loads(config)

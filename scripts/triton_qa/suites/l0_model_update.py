@@ -34,6 +34,8 @@ def configs(ctx: SuiteContext) -> list[Config]:
             name=f"rate_limit_{mode}",
             args=["--model-repository=models", "--model-control-mode=explicit", *args, "--log-verbose=2"],
             setup=setup,
+            # test_instance_resource_decrease reads the server log by the name test.sh gives it
+            server_log=f"instance_update_test.rate_limit_{mode}.server.log",
             env={"RATE_LIMIT_MODE": mode, "PYTHONDONTWRITEBYTECODE": "True", "MODEL_LOG_DIR": str(ctx.work)},
             steps=[Run("instance_update_test.py", timeout=1500)],
             after=[Check("should_not_print_this_absent", _not_printed)],

@@ -1,5 +1,8 @@
 """Which backend serves a model: a table of backend names to the classes that implement them.
 
+A name not in the table may be a python-based backend, as in Triton: `<--backend-directory>/<name>/model.py`,
+served by the python backend with that file for every model that names the backend.
+
 Backends are imported only when a model needs one, so that the contract (backends/api.py) and the config code
 never import an implementation, and an optional framework is loaded only where it is used. A backend whose
 framework is not installed leaves its models UNAVAILABLE with the extra to install named.
@@ -45,6 +48,25 @@ _BACKENDS: dict[str, BackendEntry] = {
         "modelhost.backends.tensorflow.backend:TensorFlowBackend", "tensorflow", ("tensorflow",)
     ),
 }
+
+
+# tritonserver's --backend-directory: where python-based backends are found (set at startup).
+DEFAULT_BACKEND_DIRECTORY = "/opt/tritonserver/backends"
+_backend_directory = Path(DEFAULT_BACKEND_DIRECTORY)
+
+
+def set_backend_directory(path: str | Path) -> None:
+    global _backend_directory
+    _backend_directory = Path(path)
+
+
+def python_based(name: str) -> Path | None:
+    """The model.py of python-based backend `name` (<backend directory>/<name>/model.py), or None where modelhost
+    has a backend of that name or the directory has no such file."""
+    if not name or name in _BACKENDS or name != os.path.basename(name) or name in (".", ".."):
+        return None
+    path = _backend_directory / name / "model.py"
+    return path if path.is_file() else None
 
 
 # `modelhost convert <name>`: model converters a backend provides, "module:function(argv) -> exit code", each with
@@ -136,6 +158,11 @@ def backend_for(config: Any) -> Backend:
     """The backend that serves a normalised config."""
     name = config.backend or config.platform
     _check_runtime(config, name)
+    model_file = python_based(name)
+    if model_file is not None:
+        python = _backend_class("python", config.name)
+        assert python is not None
+        return python(name, model_file)  # type: ignore[call-arg]
     cls = _backend_class(name, config.name)
     if cls is None:
         raise ModelConfigError(
@@ -147,6 +174,12 @@ def backend_for(config: Any) -> Backend:
 def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> bool:
     """Run the backend's auto-complete hook on `config` in place; False when its backend has none (or is not
     one of ours: validation and the load then say so)."""
+    model_file = python_based(config.backend)
+    if model_file is not None:
+        from modelhost.backends.python.autocomplete import autocomplete_python
+
+        autocomplete_python(config, model_dir, model_file=model_file)
+        return True
     cls = _backend_class(config.backend, config.name or model_dir.name)
     hook = getattr(cls, "autocomplete", None)
     if hook is None:
@@ -161,7 +194,9 @@ __all__ = [
     "autocomplete",
     "backend_for",
     "converters",
+    "python_based",
     "register",
     "run_converter",
+    "set_backend_directory",
     "supported",
 ]

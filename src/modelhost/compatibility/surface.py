@@ -68,6 +68,7 @@ TRITON_BACKENDS: dict[str, tuple[str, str]] = {
     "vllm": ("vLLM", ""),
     "tensorrtllm": ("TensorRT-LLM", ""),
     "identity, repeat, square": ("Triton's test backends", ""),
+    "python-based backends": ('`<--backend-directory>/<name>/model.py`, named by `backend: "<name>"`', ""),
     "custom C++ backends": ("`libtriton_<name>.so` from `--backend-directory`", ""),
 }
 
@@ -100,13 +101,20 @@ BACKEND_NOTES: dict[str, Item] = {
         State.NOT_PLANNED,
         "Triton's own test backends; a python model does the same",
     ),
+    "python-based backends": Item(
+        "python-based backends",
+        State.SUPPORTED,
+        "served by the python backend, auto-complete included; `--backend-config=<name>,...` applies",
+        "python-backend.md",
+        flag="backend-directory",
+        test="tests/e2e/test_python_based_backend.py::test_a_model_of_a_python_based_backend_is_served",
+    ),
     "custom C++ backends": Item(
         "custom C++ backends",
         State.NOT_PLANNED,
         "modelhost's backends are Python classes (`modelhost.backends.registry.register`); "
-        "`--backend-directory` is accepted and ignored",
+        "`--backend-directory` serves python-based backends only",
         "backends.md",
-        flag="backend-directory",
     ),
 }
 

@@ -19,12 +19,21 @@ log = logging.getLogger("modelhost.python")
 _ids = itertools.count(1_000_000)  # apart from the instances' stub numbers
 
 
-def autocomplete_python(config: Any, model_dir: Path, settings: StubSettings | None = None) -> None:
-    """Complete `config` in place from the model's `auto_complete_config` (the newest version's model file)."""
+def autocomplete_python(
+    config: Any, model_dir: Path, settings: StubSettings | None = None, model_file: Path | None = None
+) -> None:
+    """Complete `config` in place from the model's `auto_complete_config` (the newest version's model file, or
+    `model_file`: a python-based backend's)."""
     filename = config.default_model_filename  # filled in ("model.py") before auto-complete runs
-    files = [
-        d / filename for d in reversed(version_directories(model_dir).values()) if (d / filename).is_file()
-    ]
+    files = (
+        [model_file]
+        if model_file is not None
+        else [
+            d / filename
+            for d in reversed(version_directories(model_dir).values())
+            if (d / filename).is_file()
+        ]
+    )
     if not files:
         return  # the load reports the missing file
     settings = settings or StubSettings()

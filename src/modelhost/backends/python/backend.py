@@ -1,5 +1,8 @@
 """`backend: "python"`: a `model.py` (or `default_model_filename`) with `TritonPythonModel`, one process per
-instance (backends/python/instance.py), and `auto_complete_config` run in a short-lived stub at config time."""
+instance (backends/python/instance.py), and `auto_complete_config` run in a short-lived stub at config time.
+
+The same class serves python-based backends (backends/registry.py): `backend: "<name>"` with the model.py of
+`<--backend-directory>/<name>/`, for every model that names it."""
 
 from __future__ import annotations
 
@@ -13,8 +16,12 @@ from modelhost.errors import ModelConfigError
 
 
 class PythonBackend:
-    name = "python"
     parallel_instances = True  # each instance is its own stub process
+
+    def __init__(self, name: str = "python", model_file: Path | None = None) -> None:
+        """`model_file`: a python-based backend's model.py, which serves every model of backend `name`."""
+        self.name = name
+        self.model_file = model_file
 
     @staticmethod
     def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
@@ -22,6 +29,8 @@ class PythonBackend:
         autocomplete_python(config, model_dir)
 
     def load_instance(self, ctx: BackendContext, group: Any, index: int, device_id: int) -> PythonInstance:
+        if self.model_file is not None:
+            return PythonInstance(ctx, group, index, device_id, str(self.model_file))
         path = ctx.version_dir / ctx.config.default_model_filename  # "model.py" unless the config says
         if not path.is_file():
             raise ModelConfigError(
