@@ -439,17 +439,18 @@ class LoadedModel:
         batcher = self.batcher if isinstance(self.batcher, SequenceBatcher) else None
         workers = {id(w.instance): w for w in self.pool.workers}
 
-        async def retire(instance: Any, emptied: asyncio.Future[None] | None) -> None:
-            if emptied is not None:
-                await emptied
+        async def closed(instance: Any, emptied: asyncio.Future[None]) -> None:
+            await emptied
             await self.pool.retire([instance])
 
+        async def retired(closing: asyncio.Future[list[None]]) -> None:
+            await closing
+
         loop = asyncio.get_running_loop()
+        if batcher is None:  # out of service now
+            return [loop.create_task(retired(self.pool.retire([i]))) for i in instances]
         # The slots close now (no new sequence goes there), the instance once they are empty.
-        return [
-            loop.create_task(retire(i, batcher.retire_lane(workers[id(i)]) if batcher is not None else None))
-            for i in instances
-        ]
+        return [loop.create_task(closed(i, batcher.retire_lane(workers[id(i)]))) for i in instances]
 
     def close(self) -> None:
         if isinstance(self.batcher, SequenceBatcher):

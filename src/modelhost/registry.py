@@ -484,9 +484,8 @@ class ModelRegistry:
                 and old.fingerprint == fp.versions.get(version)
             ):
                 if _same_but_version_policy(entry.config, config):
-                    if (
-                        old.model is not None
-                    ):  # what the kept version reports (GET config) follows the new policy
+                    # What the kept version reports (GET config) follows the new policy.
+                    if old.model is not None:
                         old.model.config.version_policy.CopyFrom(config.version_policy)
                     return old
                 if self._regroups_in_place(old.model, entry.config, config):
@@ -974,9 +973,8 @@ class ModelRegistry:
 
     def _context(self, name: str, version: int, model_dir: Path, config: Any, backend: Any) -> BackendContext:
         backend_config = self.settings.backend_settings(backend.name)
-        if (
-            getattr(backend, "model_file", None) is not None
-        ):  # python-based: the python backend's settings first
+        # A python-based backend (backends/registry.py) takes the python backend's settings, then its own.
+        if getattr(backend, "model_file", None) is not None:
             backend_config = {**self.settings.backend_settings("python"), **backend_config}
         return BackendContext(
             model_name=name,
@@ -1068,6 +1066,9 @@ class ModelRegistry:
             except BaseException:
                 await asyncio.to_thread(_close_all, added)
                 raise
+        # The load returns once the removed instances are closed, but for those that serve sequences to their
+        # end: they close in the background.
+        holding = model.sequences_by_instance()
         retiring = model.retire_instances(change.remove)
         model.placements = change.kept + [
             (signature(g, d), i) for (g, _, d), i in zip(add, added, strict=True)
@@ -1080,9 +1081,6 @@ class ModelRegistry:
             len(added),
             len(change.remove),
         )
-        # The load returns once the removed instances are closed, but for those that serve sequences to their
-        # end: they close in the background.
-        holding = model.sequences_by_instance()
         now = [t for t, i in zip(retiring, change.remove, strict=True) if not holding.get(id(i), 0)]
         for task in retiring:
             self._retiring.add(task)
