@@ -424,3 +424,16 @@ def test_dynamic_batchers_of_two_models_take_turns_on_a_shared_resource() -> Non
         assert limiter.held((0, "R")) == 0
 
     asyncio.run(go())
+
+
+def test_the_limits_are_logged_at_verbose_after_each_change(caplog: pytest.LogCaptureFixture) -> None:
+    # tritonserver's verbose account, which L0_model_update reads: the largest need of every registered instance
+    # (or the explicit count), again after instances leave.
+    limiter = RateLimiter()
+    with caplog.at_level("DEBUG", logger="modelhost.rate_limiter"):
+        big = limiter.register([InstanceNeeds({(GLOBAL, "R1"): 4})])
+        limiter.register([InstanceNeeds({(GLOBAL, "R1"): 3})])
+        limiter.unregister(big)
+    maps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Max Resource Map")]
+    assert maps[-1] == "Max Resource Map===>\n\tDevice: GLOBAL\n\t\tResource: R1\t Count: 3\n"
+    assert "Count: 4" in maps[0]

@@ -149,7 +149,7 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        time.sleep(4)  # longer than the stub timeout the test sets
+        time.sleep(8)  # longer than the stub timeout the test sets
 
     def execute(self, requests):
         return [pb_utils.InferenceResponse([]) for _ in requests]
@@ -165,6 +165,7 @@ def test_initialize_is_not_bounded_by_the_stub_timeout(tmp_path: Path) -> None:
     # As Triton: the stub timeout bounds the stub's start; the model's own initialize takes what it takes (its
     # bls_model_loading qa model runs unit tests there for minutes).
     _python_model(tmp_path / "repo", "slow_init", ONE_INPUT_CONFIG, SLOW_INITIALIZE)
-    flags = ("--backend-config=python,stub-timeout-seconds=3",)
+    # 6 s: ample for the stub to start on a busy machine, which is all the timeout should bound.
+    flags = ("--backend-config=python,stub-timeout-seconds=6",)
     with running_server([tmp_path / "repo"], tmp_path / "s.log", *flags) as server:
         assert httpclient.InferenceServerClient(server.http_url).is_model_ready("slow_init")
