@@ -176,9 +176,9 @@ def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -
     one of ours: validation and the load then say so)."""
     model_file = python_based(config.backend)
     if model_file is not None:
-        from modelhost.backends.python.autocomplete import autocomplete_python
-
-        autocomplete_python(config, model_dir, model_file=model_file)
+        python = _backend_class("python", config.name or model_dir.name)
+        assert python is not None
+        python(config.backend, model_file).complete(config, model_dir)  # type: ignore[call-arg,attr-defined]
         return True
     cls = _backend_class(config.backend, config.name or model_dir.name)
     hook = getattr(cls, "autocomplete", None)

@@ -28,6 +28,10 @@ class PythonBackend:
         """The model's own auto_complete_config, run in a short-lived stub process."""
         autocomplete_python(config, model_dir)
 
+    def complete(self, config: Any, model_dir: Path) -> None:
+        """A python-based backend's auto_complete_config, from its own model.py."""
+        autocomplete_python(config, model_dir, model_file=self.model_file)
+
     def load_instance(self, ctx: BackendContext, group: Any, index: int, device_id: int) -> PythonInstance:
         if self.model_file is not None:
             return PythonInstance(ctx, group, index, device_id, str(self.model_file))
