@@ -14,6 +14,8 @@ import pytest
 from cuda_stand_in import HostIpc
 from modelhost import shared_memory
 from modelhost.errors import AlreadyExists, InvalidArgument, NotFound, Unsupported
+from modelhost.frontends.grpc.statuses import grpc_code
+from modelhost.frontends.http.statuses import http_status
 from modelhost.shared_memory import (
     CUDA,
     CUDA_NO_BINDINGS,
@@ -215,7 +217,10 @@ def test_a_region_in_use_cannot_be_unregistered(registry: SharedMemoryRegistry, 
         RegionInUse, match=r"^Cannot unregister shared memory region 'r', it is currently in use\.$"
     ):
         registry.unregister("r")
-    assert (RegionInUse.http_status, RegionInUse.grpc_code) == (409, grpc.StatusCode.FAILED_PRECONDITION)
+    assert (http_status(RegionInUse("r")), grpc_code(RegionInUse("r"))) == (
+        409,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
     with pytest.raises(RegionInUse) as e:
         registry.unregister()
     assert str(e.value) == "Failed to unregister the following system shared memory regions: out ,r ,"

@@ -1,32 +1,51 @@
-"""The one exception tree of modelhost, each class mapped once to an HTTP status and a gRPC code.
+"""The one exception tree of modelhost. Each class carries a kind (ErrorKind), which says what went wrong and
+nothing about any wire: each frontend maps kinds to its own statuses (frontends/http/statuses.py,
+frontends/grpc/statuses.py).
 
-    ModelhostError                (400, INVALID_ARGUMENT)  base; also "unknown" errors from clients
-    ├── InvalidArgument           (400, INVALID_ARGUMENT)  malformed or inconsistent requests
-    │   ├── ModelConfigError      (400, INVALID_ARGUMENT)  an invalid config.pbtxt or override
-    │   └── BackendInvalidArgument (400, INVALID_ARGUMENT) a request the backend runtime refused
-    ├── NotFound                  (404, NOT_FOUND)         unknown model, version, input, output
-    ├── Unavailable               (503, UNAVAILABLE)       model not ready, shutting down
-    │   └── Rejected              (503, UNAVAILABLE)       queue full, timed out while queued
-    ├── Unsupported               (501, UNIMPLEMENTED)     features not offered for this model or server
-    ├── AlreadyExists             (400, ALREADY_EXISTS)
-    ├── Cancelled                 (400, CANCELLED)
-    ├── OutOfMemory               (507, RESOURCE_EXHAUSTED) a load that does not fit in memory or the budget
-    ├── UnsupportedMediaType      (415, INVALID_ARGUMENT)  unknown Content-Encoding
-    └── InternalError             (500, INTERNAL)          a fault of the server or the backend runtime
+    ModelhostError                INVALID_ARGUMENT  base; also "unknown" errors from clients
+    ├── InvalidArgument           INVALID_ARGUMENT  malformed or inconsistent requests
+    │   ├── ModelConfigError      INVALID_ARGUMENT  an invalid config.pbtxt or override
+    │   └── BackendInvalidArgument INVALID_ARGUMENT a request the backend runtime refused
+    ├── NotFound                  NOT_FOUND         unknown model, version, input, output
+    ├── Unavailable               UNAVAILABLE       model not ready, shutting down
+    │   └── Rejected              UNAVAILABLE       queue full, timed out while queued
+    ├── Unsupported               UNSUPPORTED       features not offered for this model or server
+    ├── AlreadyExists             ALREADY_EXISTS
+    ├── Cancelled                 CANCELLED
+    ├── OutOfMemory               OUT_OF_MEMORY     a load that does not fit in memory or the budget
+    ├── UnsupportedMediaType      UNSUPPORTED_MEDIA_TYPE  unknown Content-Encoding
+    ├── InternalError             INTERNAL          a fault of the server or the backend runtime
+    └── UnknownError              UNKNOWN           a backend's error of Triton's UNKNOWN code
 
 Messages follow Triton's wording where clients and tests match on it.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 
-import grpc
+
+class ErrorKind(enum.StrEnum):
+    """What kind of failure an error is, whatever protocol reports it."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    # The request conflicts with the target's present state and may succeed later (a shared-memory region a
+    # request uses, a SageMaker model already loaded).
+    CONFLICT = "CONFLICT"
+    CANCELLED = "CANCELLED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    INTERNAL = "INTERNAL"
+    UNKNOWN = "UNKNOWN"
 
 
 class ModelhostError(Exception):
-    http_status: int = 400
-    grpc_code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT
+    kind: ErrorKind = ErrorKind.INVALID_ARGUMENT
     # The `reason` label of nv_inference_request_failure when a request fails with this error.
     failure_reason: str = "OTHER"
 
@@ -54,13 +73,11 @@ class BackendInvalidArgument(InvalidArgument):
 
 
 class NotFound(ModelhostError):
-    http_status = 404
-    grpc_code = grpc.StatusCode.NOT_FOUND
+    kind = ErrorKind.NOT_FOUND
 
 
 class Unavailable(ModelhostError):
-    http_status = 503
-    grpc_code = grpc.StatusCode.UNAVAILABLE
+    kind = ErrorKind.UNAVAILABLE
 
 
 class Rejected(Unavailable):
@@ -68,8 +85,7 @@ class Rejected(Unavailable):
 
 
 class Unsupported(ModelhostError):
-    http_status = 501
-    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+    kind = ErrorKind.UNSUPPORTED
 
 
 class DecoupledModel(Unsupported):
@@ -83,11 +99,11 @@ class DecoupledModel(Unsupported):
 
 
 class AlreadyExists(ModelhostError):
-    grpc_code = grpc.StatusCode.ALREADY_EXISTS
+    kind = ErrorKind.ALREADY_EXISTS
 
 
 class Cancelled(ModelhostError):
-    grpc_code = grpc.StatusCode.CANCELLED
+    kind = ErrorKind.CANCELLED
     failure_reason = (
         "CANCELED"  # a request failed because its sequence was cancelled counts so too, as in Triton
     )
@@ -97,17 +113,15 @@ class OutOfMemory(ModelhostError):
     """A model load that does not fit: past --model-memory-budget once idle models are unloaded, or the runtime
     (or the kernel's OOM killer) ran out of memory. 507, as Triton's SageMaker listener answers it."""
 
-    http_status = 507
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    kind = ErrorKind.OUT_OF_MEMORY
 
 
 class UnsupportedMediaType(ModelhostError):
-    http_status = 415
+    kind = ErrorKind.UNSUPPORTED_MEDIA_TYPE
 
 
 class InternalError(ModelhostError):
-    http_status = 500
-    grpc_code = grpc.StatusCode.INTERNAL
+    kind = ErrorKind.INTERNAL
     failure_reason = "BACKEND"
 
 
@@ -115,7 +129,7 @@ class UnknownError(ModelhostError):
     """A backend's error of Triton's UNKNOWN code (pb_utils.TritonError.UNKNOWN): gRPC UNKNOWN and, as
     Triton's HTTP server has no better match for it, 400."""
 
-    grpc_code = grpc.StatusCode.UNKNOWN
+    kind = ErrorKind.UNKNOWN
     failure_reason = "BACKEND"
 
 
@@ -124,7 +138,7 @@ def request_failure_level(e: ModelhostError) -> int:
     of the server itself (500); INFO for what the client asked wrongly or what this server does not offer or
     cannot do now (4xx, 501, 503, 507): the client gets the reason in its answer, and a flood of such requests
     must not fill the error log."""
-    return logging.ERROR if e.http_status == 500 else logging.INFO
+    return logging.ERROR if e.kind is ErrorKind.INTERNAL else logging.INFO
 
 
 __all__ = [
@@ -132,6 +146,7 @@ __all__ = [
     "BackendInvalidArgument",
     "Cancelled",
     "DecoupledModel",
+    "ErrorKind",
     "InternalError",
     "InvalidArgument",
     "ModelConfigError",

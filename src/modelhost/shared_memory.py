@@ -32,13 +32,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-import grpc
 import numpy as np
 import numpy.typing as npt
 
 from modelhost import cuda_runtime
 from modelhost.devices import gpu_count
-from modelhost.errors import AlreadyExists, InvalidArgument, ModelhostError, NotFound, Unsupported
+from modelhost.errors import AlreadyExists, ErrorKind, InvalidArgument, ModelhostError, NotFound, Unsupported
 from modelhost.tensor_codec import raw_bytes
 
 log = logging.getLogger("modelhost.shared_memory")
@@ -63,8 +62,7 @@ class RegionInUse(ModelhostError):
     Triton's words. Triton answers 500 / INTERNAL; it is no fault of the server but a conflict with the region's
     current use, which the client can retry once its requests are done: 409 / FAILED_PRECONDITION."""
 
-    http_status = 409
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    kind = ErrorKind.CONFLICT
 
 
 def _check_window(name: str, size: int, offset: int, byte_size: int) -> None:

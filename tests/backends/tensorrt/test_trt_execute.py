@@ -11,6 +11,7 @@ from modelhost.backends.tensorrt.engine import EngineDescription
 from modelhost.backends.tensorrt.instance import TensorRTInstance
 from modelhost.backends.tensorrt.settings import TensorRTSettings
 from modelhost.errors import BackendInvalidArgument, InternalError
+from modelhost.frontends.http.statuses import http_status
 
 
 def _instance(description: EngineDescription, profiles: list[int]) -> tuple[TensorRTInstance, FakeExecutor]:
@@ -37,7 +38,7 @@ def test_a_batch_over_the_profiles_max_is_a_400_naming_the_range() -> None:
         "request specifies invalid shape for input 'x' for trt_0. Error details: model expected the shape of "
         "dimension 0 to be between 1 and 8 but received 9"
     )
-    assert (e.value.http_status, e.value.failure_reason) == (400, "BACKEND")
+    assert (http_status(e.value), e.value.failure_reason) == (400, "BACKEND")
     assert executor.runs == []
 
 
@@ -102,7 +103,7 @@ def test_a_runtime_fault_fails_the_batch_with_a_500() -> None:
     assert str(e.value) == (
         "TensorRT error for model 'trt': cudaErrorIllegalAddress: an illegal memory access was encountered"
     )
-    assert e.value.http_status == 500
+    assert http_status(e.value) == 500
 
 
 def test_a_request_error_from_the_runtime_stays_a_400() -> None:

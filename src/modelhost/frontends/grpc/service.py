@@ -23,6 +23,7 @@ from modelhost.errors import (
 )
 from modelhost.frontends.grpc.calls import AbortError, CallContext
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
+from modelhost.frontends.grpc.statuses import grpc_code
 from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA
@@ -39,7 +40,7 @@ STREAM_WINDOW = 64
 
 async def _fail(context: CallContext, what: str, e: ModelhostError) -> NoReturn:
     log.log(request_failure_level(e), "%s failed: %s", what, e)
-    await context.abort(e.grpc_code, str(e))
+    await context.abort(grpc_code(e), str(e))
     raise e  # unreachable: abort raises
 
 
@@ -274,7 +275,7 @@ class GrpcService:
                     raise item
                 if isinstance(item, ModelhostError):
                     if errors_as_status:
-                        await context.abort(item.grpc_code, str(item))
+                        await context.abort(grpc_code(item), str(item))
                     yield service_pb2.ModelStreamInferResponse(error_message=str(item))
                 elif item is not None:
                     yield item

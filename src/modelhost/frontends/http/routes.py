@@ -15,6 +15,7 @@ import orjson
 
 from modelhost.cuda_runtime import IPC_HANDLE_SIZE
 from modelhost.errors import (
+    ErrorKind,
     InternalError,
     InvalidArgument,
     ModelhostError,
@@ -37,6 +38,7 @@ from modelhost.frontends.http.infer_codec import (
     encode_response,
 )
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
+from modelhost.frontends.http.statuses import http_status
 from modelhost.model import LoadedModel
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA, Lease
@@ -68,8 +70,8 @@ def _release_when_decoded(decoding: asyncio.Future[DecodedInfer]) -> None:
 def failure_response(method: str, path: str, e: ModelhostError) -> HttpResponse:
     """The answer to a request that failed with `e`, logged once: as an error when it is the server's fault."""
     log.log(request_failure_level(e), "%s %s failed: %s", method, path, e)
-    response = error_response(e.http_status, str(e))
-    if e.http_status == 415:
+    response = error_response(http_status(e), str(e))
+    if e.kind is ErrorKind.UNSUPPORTED_MEDIA_TYPE:
         response.headers.append(("Accept-Encoding", "gzip, deflate"))
     return response
 
@@ -345,7 +347,7 @@ class HttpRoutes:
             return HttpResponse(200, content_type=SSE_CONTENT_TYPE, stream=_events(None, answers))
         # As Triton: the first answer sets the status; an error is an event like any later one, and the answers
         # that follow it still come.
-        status = first.http_status if isinstance(first, ModelhostError) else 200
+        status = http_status(first) if isinstance(first, ModelhostError) else 200
         return HttpResponse(status, content_type=SSE_CONTENT_TYPE, stream=_events(first, answers))
 
     def _statistics(self, name: str, version: str) -> HttpResponse:

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from modelhost.errors import AlreadyExists, InvalidArgument, ModelhostError, NotFound, Unavailable
+from modelhost.errors import AlreadyExists, ErrorKind, InvalidArgument, ModelhostError, NotFound, Unavailable
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.routes import HttpRoutes, failure_response
 from modelhost.frontends.sagemaker.model_urls import locate_model
@@ -39,7 +39,7 @@ _INT32_MAX = 2**31 - 1
 class Conflict(AlreadyExists):
     """A second load of a model name (409, as SageMaker's multi-model contract asks)."""
 
-    http_status = 409
+    kind = ErrorKind.CONFLICT
 
 
 @dataclass(frozen=True, slots=True)
