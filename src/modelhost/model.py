@@ -27,12 +27,7 @@ from modelhost.scheduling.responses import ResponseSink
 from modelhost.scheduling.sequence_batcher import SequenceBatcher, server_fed_inputs
 from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix
-from modelhost.types import InferenceRequest, InferenceResponse, Tensor
-
-# The response parameter that marks the last response of a request in a stream, as Triton names it.
-FINAL_RESPONSE = "triton_final_response"
-# The request parameter asking for a final response even when it carries no outputs.
-EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse, Tensor
 
 _BATCH_NOTE = (
     " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to "

@@ -14,7 +14,7 @@ from modelhost.config.normalize import is_ensemble
 from modelhost.errors import InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
 from modelhost.io_specs import format_shape
 from modelhost.log_settings import LogSettings
-from modelhost.model import FINAL_RESPONSE, LoadedModel
+from modelhost.model import LoadedModel
 from modelhost.registry import ModelRegistry
 from modelhost.repository.overrides import parse_load_parameters
 from modelhost.response_cache import ResponseCache, cache_key
@@ -23,7 +23,7 @@ from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix
 from modelhost.tracing.settings import OpenTelemetrySettings, TraceSettings
 from modelhost.tracing.tracer import Trace, Tracer, stamp_failed_request, stamp_request
-from modelhost.types import InferenceRequest, InferenceResponse
+from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.server")
 

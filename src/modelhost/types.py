@@ -23,6 +23,10 @@ RESERVED_PARAMETERS = frozenset({"priority", "timeout", "binary_data_output", "h
 # the sequence batcher reads them there (scheduling/sequence_batcher.py `sequence_params`), an ensemble hands
 # them on to its steps, and a python model sees them as correlation_id() and flags(), not in parameters().
 SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
+# The response parameter that marks the last response of a request in a stream, as Triton names it.
+FINAL_RESPONSE = "triton_final_response"
+# The request parameter asking for a final response even when it carries no outputs.
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 
 
 @dataclass(slots=True)

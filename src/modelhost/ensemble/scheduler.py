@@ -31,10 +31,9 @@ from modelhost.backends.api import Arrays, BackendServices
 from modelhost.ensemble.plan import EnsemblePlan, Step
 from modelhost.errors import InvalidArgument, ModelhostError
 from modelhost.io_specs import input_specs, output_specs, shape_matches
-from modelhost.model import FINAL_RESPONSE
 from modelhost.scheduling.instances import Job
 from modelhost.scheduling.responses import ResponseSink
-from modelhost.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 # A tensor of the ensemble in one iteration: the tensor (None when its step did not produce it), and the batch
 # size it carries (0 when its producer does not batch).

@@ -20,8 +20,7 @@ from modelhost.frontends.http.generate_codec import (
     sse_event,
 )
 from modelhost.io_specs import TensorSpec, input_specs
-from modelhost.model import FINAL_RESPONSE
-from modelhost.types import InferenceRequest, InferenceResponse, Tensor
+from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse, Tensor
 
 # Triton's qa model for this endpoint (qa/python_models/generate_models/mock_llm).
 MOCK_LLM = """

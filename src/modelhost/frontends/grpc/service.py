@@ -24,9 +24,9 @@ from modelhost.errors import (
 from modelhost.frontends.grpc.calls import AbortError, CallContext
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.frontends.grpc.statuses import grpc_code
-from modelhost.model import EMPTY_FINAL_RESPONSE
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA
+from modelhost.types import EMPTY_FINAL_RESPONSE
 
 # The repository index rows' fields that RepositoryIndexResponse.ModelIndex has (the HTTP JSON has more).
 _INDEX_FIELDS = frozenset({"name", "version", "state", "reason"})

@@ -23,9 +23,8 @@ from modelhost.datatypes import WIRE_TO_NUMPY
 from modelhost.errors import InvalidArgument
 from modelhost.frontends.http.infer_codec import _out_of_range
 from modelhost.io_specs import TensorSpec
-from modelhost.model import FINAL_RESPONSE
 from modelhost.tensor_codec import id_prefix
-from modelhost.types import InferenceRequest, InferenceResponse, ParamValue, Tensor
+from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse, ParamValue, Tensor
 
 # Triton's default --http-max-input-size.
 DEFAULT_MAX_INPUT_SIZE = 1 << 26
