@@ -42,8 +42,7 @@ import pytest
 import yaml
 
 from deploy.promql_eval import parse_scrape
-from deploy.slow_load import closed_loop_load
-from e2e.models import add_slow
+from deploy.slow_load import add_sleeping_slow, closed_loop_load
 from e2e.server_process import free_ports
 from modelhost.cli import parse_serve_args
 from modelhost.sagemaker_entry import MULTI_MODEL_DIR, sagemaker_launch
@@ -600,7 +599,7 @@ def test_multi_model_environment_starts_an_empty_mme(tmp_path: Path) -> None:
 
 # The task definition's command, run --------------------------------------------------------------------------------
 
-SLOW_ITERATIONS = 10  # rounds of the slow model per request: about 5 ms of compute
+SLOW_ITERATIONS = 10  # rounds of the slow model per request: 50 ms of sleep (deploy/slow_load.py)
 CLIENTS = 16  # closed-loop clients against the slow model's 2 instances: most requests wait in the queue
 
 
@@ -639,7 +638,7 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Task]:
     container = _container(_ecs("task-definition.json"))
     repository = urllib.parse.urlsplit(parse_serve_args(container["command"]).model_repositories[0])
     models = tmp_path_factory.mktemp("models")
-    add_slow(models)
+    add_sleeping_slow(models)
     with moto_server() as endpoint:
         upload_directory(s3_client(endpoint), models, repository.netloc, repository.path)
         command, ports = _local_command(container["command"], endpoint)

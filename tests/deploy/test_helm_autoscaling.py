@@ -18,8 +18,7 @@ import yaml
 
 from deploy.helm_chart import NAMESPACE, RELEASE, fetch_helm, only, render
 from deploy.promql_eval import Scrape, Vector, evaluate, parse_scrape
-from deploy.slow_load import closed_loop_load
-from e2e.models import add_slow
+from deploy.slow_load import add_sleeping_slow, closed_loop_load
 from e2e.server_process import RunningServer, running_server
 
 FULLNAME = f"{RELEASE}-modelhost"
@@ -35,7 +34,7 @@ TARGET_LABELS = {
 SIGNALS = ("queueComputeRatio", "queueTimePerRequest", "pendingRequestsPerPod")
 ENGINES = ("hpa", "keda")
 CLIENTS = 16  # closed-loop clients against the model's 2 instances: most requests wait in the queue
-ITERATIONS = 4  # rounds of the slow model per request: a few milliseconds of compute each
+ITERATIONS = 4  # rounds of the slow model per request: 20 ms of sleep (deploy/slow_load.py)
 REPLICAS = 1  # the Deployment's replicas when the scrapes are taken (one pod, this server)
 
 
@@ -54,7 +53,7 @@ def _scrape(server: RunningServer) -> Scrape:
 @pytest.fixture(scope="module")
 def scrapes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrapes]:
     repo = tmp_path_factory.mktemp("repo")
-    add_slow(repo)
+    add_sleeping_slow(repo)
     with running_server([repo], tmp_path_factory.mktemp("log") / "server.log") as server:
         with closed_loop_load(server.http_url, CLIENTS, ITERATIONS):
             time.sleep(2)  # every client has a request in flight
