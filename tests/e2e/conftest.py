@@ -21,6 +21,21 @@ def frontend_processes(request: pytest.FixtureRequest) -> Iterator[int]:
     server_process.frontend_processes = 0
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A module marked `engine_served` tests what the engine serves alike in every --frontend-processes mode (gRPC
+    is served by the engine process even with frontends): its run in another mode than 0 would repeat mode 0's,
+    so only mode 0's is kept."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        mode = callspec.params.get("frontend_processes", 0) if callspec is not None else 0
+        (dropped if mode != 0 and item.get_closest_marker("engine_served") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def build_main_repository(repo: Path) -> None:
     """The repository most end-to-end modules share: examples plus one model per feature under test."""
     copy_examples(repo, "simple", "simple_string", "identity_fp32", "mlp")

@@ -19,6 +19,9 @@ from tritonclient.utils import InferenceServerException
 
 from e2e.server_process import RunningServer, running_server
 
+# Served by the engine in every --frontend-processes mode: run in mode 0 alone (tests/e2e/conftest.py).
+pytestmark = pytest.mark.engine_served
+
 MODEL_SOURCE = Path(__file__).parent / "instance_models" / "counted.py"
 R1_LIMIT = 10  # --rate-limit-resource=R1:10
 
