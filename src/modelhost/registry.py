@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from modelhost.backends.api import BackendContext, BackendServices, ModelInstance
-from modelhost.backends.registry import backend_for, backend_module
+from modelhost.backends.registry import backend_for, backend_module, backend_settings
 from modelhost.classification import read_labels
 from modelhost.config import (
     complete_model_config,
@@ -133,7 +133,7 @@ class LoadSettings:
     load_on_demand: bool = False
 
     def backend_settings(self, backend: str) -> dict[str, str]:
-        return {**self.backend_config.get("", {}), **self.backend_config.get(backend, {})}
+        return backend_settings(self.backend_config, backend)
 
 
 def select_versions(config: Any, available: list[int]) -> list[int]:
@@ -415,6 +415,7 @@ class ModelRegistry:
                 default_max_batch_size=default_mbs,
                 gpu_count=settings.gpu_count,
                 model_name=name,
+                backend_config=settings.backend_config,
             )
         return load_model_config(
             model_dir,
@@ -423,6 +424,7 @@ class ModelRegistry:
             default_max_batch_size=default_mbs,
             gpu_count=settings.gpu_count,
             served_name=name,
+            backend_config=settings.backend_config,
         )
 
     async def _load(self, name: str, scanned: dict[str, list[Path]], override: LoadOverride | None) -> None:
@@ -973,9 +975,6 @@ class ModelRegistry:
 
     def _context(self, name: str, version: int, model_dir: Path, config: Any, backend: Any) -> BackendContext:
         backend_config = self.settings.backend_settings(backend.name)
-        # A python-based backend (backends/registry.py) takes the python backend's settings, then its own.
-        if getattr(backend, "model_file", None) is not None:
-            backend_config = {**self.settings.backend_settings("python"), **backend_config}
         return BackendContext(
             model_name=name,
             version=version,

@@ -71,3 +71,36 @@ def test_the_backends_own_library_name_is_accepted_as_runtime() -> None:
         ModelConfig(name="m", backend="onnxruntime", runtime="libtriton_onnxruntime.so")
     )
     assert backend.name == "onnxruntime"
+
+
+def test_the_auto_complete_hook_gets_the_backend_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # --backend-config=python,... reaches a python model's auto_complete_config stub, as it reaches its instances.
+    seen: list[object] = []
+    monkeypatch.setattr(
+        "modelhost.backends.python.backend.autocomplete_python",
+        lambda config, model_dir, settings=None, model_file=None: seen.append(settings),
+    )
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.py").write_text("")
+    table = {"": {"stub-timeout-seconds": "5"}, "python": {"shm-region-prefix-name": "mine_"}}
+    assert registry.autocomplete(
+        ModelConfig(name="m", backend="python"),
+        tmp_path / "m",
+        default_max_batch_size=4,
+        backend_config=table,
+    )
+    [settings] = seen
+    assert (settings.stub_timeout_seconds, settings.shm_region_prefix_name) == (5, "mine_")  # type: ignore[attr-defined]
+
+
+def test_a_python_based_backend_sees_the_python_settings_under_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "echo").mkdir()
+    (tmp_path / "echo" / "model.py").write_text("")
+    monkeypatch.setattr(registry, "_backend_directory", tmp_path)
+    table = {"": {"a": "global"}, "python": {"a": "python", "b": "python"}, "echo": {"b": "echo"}}
+    assert registry.backend_settings(table, "echo") == {"a": "python", "b": "echo"}
+    assert registry.backend_settings(table, "onnxruntime") == {"a": "global"}

@@ -2,8 +2,9 @@
 
 A backend is a class named in backends/registry.py, imported only when a model needs it. The server calls:
 
-- `autocomplete(config, model_dir, *, default_max_batch_size)` (optional, a static method) at config time when
-  auto-complete is on: fill in, in place, what the config leaves out, from the model file itself;
+- `autocomplete(config, model_dir, *, default_max_batch_size, settings)` (optional, a static method) at config
+  time when auto-complete is on: fill in, in place, what the config leaves out, from the model file itself
+  (`settings`: the backend's --backend-config settings, as its instances get them);
 - `load_instance(ctx, group, index, device_id)` once per instance of a model version: load the model for that
   instance's device, check that the config agrees with the model (backends/model_io.py) and raise
   ModelConfigError naming the field where it does not, so that a contradicting config never becomes READY;
@@ -90,5 +91,7 @@ class Backend(Protocol):
 # auto-complete is on (`--disable-auto-complete-config` not given):
 #
 #     @staticmethod
-#     def autocomplete(config: ModelConfig, model_dir: Path, *, default_max_batch_size: int) -> None:
+#     def autocomplete(
+#         config: ModelConfig, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+#     ) -> None:
 #         """Fill in what the config leaves out from the model itself, in place."""

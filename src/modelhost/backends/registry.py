@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,20 +172,39 @@ def backend_for(config: Any) -> Backend:
     return cls()
 
 
-def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> bool:
-    """Run the backend's auto-complete hook on `config` in place; False when its backend has none (or is not
-    one of ours: validation and the load then say so)."""
+def backend_settings(table: Mapping[str, Mapping[str, str]], name: str) -> dict[str, str]:
+    """The --backend-config settings backend `name` sees: the global ones (""), then a python-based backend's
+    python ones, then its own."""
+    layers = ["", "python", name] if python_based(name) is not None else ["", name]
+    merged: dict[str, str] = {}
+    for layer in layers:
+        merged.update(table.get(layer, {}))
+    return merged
+
+
+def autocomplete(
+    config: Any,
+    model_dir: Path,
+    *,
+    default_max_batch_size: int,
+    backend_config: Mapping[str, Mapping[str, str]] | None = None,
+) -> bool:
+    """Run the backend's auto-complete hook on `config` in place, with its --backend-config settings (the
+    table, by backend name); False when its backend has none (or is not one of ours: validation and the load
+    then say so)."""
+    settings = backend_settings(backend_config or {}, config.backend)
     model_file = python_based(config.backend)
     if model_file is not None:
         python = _backend_class("python", config.name or model_dir.name)
         assert python is not None
-        python(config.backend, model_file).complete(config, model_dir)  # type: ignore[call-arg,attr-defined]
+        backend = python(config.backend, model_file)  # type: ignore[call-arg]
+        backend.complete(config, model_dir, settings)  # type: ignore[attr-defined]
         return True
     cls = _backend_class(config.backend, config.name or model_dir.name)
     hook = getattr(cls, "autocomplete", None)
     if hook is None:
         return False
-    hook(config, model_dir, default_max_batch_size=default_max_batch_size)
+    hook(config, model_dir, default_max_batch_size=default_max_batch_size, settings=settings)
     return True
 
 
@@ -193,6 +213,7 @@ __all__ = [
     "MissingExtra",
     "autocomplete",
     "backend_for",
+    "backend_settings",
     "converters",
     "python_based",
     "register",

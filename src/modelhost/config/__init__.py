@@ -37,6 +37,7 @@ def complete_model_config(
     default_max_batch_size: int | Mapping[str, int] = DEFAULT_MAX_BATCH_SIZE,
     gpu_count: int = 0,
     model_name: str = "",
+    backend_config: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ModelConfig:
     """Steps 2-5 of the pipeline on a parsed config (from a file or a load request's override).
 
@@ -44,6 +45,7 @@ def complete_model_config(
     `default_max_batch_size`: one value, or one per backend name ("" for the others).
     `model_name`: the name the model is served as when it is not its directory's (a directory registered under
     another name, as SageMaker's multi-model load does): the config takes that name.
+    `backend_config`: --backend-config by backend name ("" = global), for the backend's auto-complete hook.
     """
     completed = ModelConfig()
     completed.CopyFrom(config)
@@ -63,7 +65,9 @@ def complete_model_config(
             completed.backend, default_max_batch_size.get("", DEFAULT_MAX_BATCH_SIZE)
         )
     # The backend's own hook (the model file's inputs and outputs, a python model's auto_complete_config).
-    if auto_complete and autocomplete(completed, model_dir, default_max_batch_size=default_max_batch_size):
+    if auto_complete and autocomplete(
+        completed, model_dir, default_max_batch_size=default_max_batch_size, backend_config=backend_config
+    ):
         normalize_config(completed, model_name, gpu_count=gpu_count)
     validate_config(completed, model_name, source, gpu_count)
     return completed
@@ -77,6 +81,7 @@ def load_model_config(
     default_max_batch_size: int | Mapping[str, int] = DEFAULT_MAX_BATCH_SIZE,
     gpu_count: int = 0,
     served_name: str = "",
+    backend_config: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ModelConfig:
     """The completed, normalised and validated config of the model in `model_dir` (named after its dir, or
     `served_name`: see complete_model_config)."""
@@ -103,6 +108,7 @@ def load_model_config(
         default_max_batch_size=default_max_batch_size,
         gpu_count=gpu_count,
         model_name=served_name,
+        backend_config=backend_config,
     )
 
 

@@ -8,6 +8,7 @@ libraries release the GIL while they predict, so instances run in parallel.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,9 @@ class FilBackend:
     name = "fil"
 
     @staticmethod
-    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+    def autocomplete(
+        config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+    ) -> None:
         """is_classifier, inputs, outputs and max_batch_size from the model file (a modelhost addition)."""
         autocomplete_fil(config, model_dir, default_max_batch_size=default_max_batch_size)
 

@@ -6,7 +6,7 @@ unless the config or --backend-config says otherwise, a model's instances share 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -264,7 +264,9 @@ class OnnxRuntimeBackend:
     name = "onnxruntime"
 
     @staticmethod
-    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+    def autocomplete(
+        config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+    ) -> None:
         """Inputs, outputs and max_batch_size from the ONNX model itself."""
         autocomplete_onnx(config, model_dir.name, model_dir, default_max_batch_size=default_max_batch_size)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,7 +132,9 @@ class OpenVINOBackend:
         self._versions: dict[int, _Version] = {}
 
     @staticmethod
-    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+    def autocomplete(
+        config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+    ) -> None:
         """Batching, inputs and outputs from the model file itself."""
         autocomplete_openvino(config, model_dir, default_max_batch_size=default_max_batch_size)
 

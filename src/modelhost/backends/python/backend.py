@@ -6,12 +6,13 @@ The same class serves python-based backends (backends/registry.py): `backend: "<
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from modelhost.backends.api import BackendContext
 from modelhost.backends.python.autocomplete import autocomplete_python
-from modelhost.backends.python.instance import PythonInstance
+from modelhost.backends.python.instance import PythonInstance, StubSettings
 from modelhost.errors import ModelConfigError
 
 
@@ -24,13 +25,17 @@ class PythonBackend:
         self.model_file = model_file
 
     @staticmethod
-    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
-        """The model's own auto_complete_config, run in a short-lived stub process."""
-        autocomplete_python(config, model_dir)
+    def autocomplete(
+        config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+    ) -> None:
+        """The model's own auto_complete_config, run in a short-lived stub process (with the stub settings of
+        --backend-config=python,...)."""
+        autocomplete_python(config, model_dir, StubSettings.from_backend_config(dict(settings)))
 
-    def complete(self, config: Any, model_dir: Path) -> None:
+    def complete(self, config: Any, model_dir: Path, settings: Mapping[str, str]) -> None:
         """A python-based backend's auto_complete_config, from its own model.py."""
-        autocomplete_python(config, model_dir, model_file=self.model_file)
+        stub = StubSettings.from_backend_config(dict(settings))
+        autocomplete_python(config, model_dir, stub, model_file=self.model_file)
 
     def load_instance(self, ctx: BackendContext, group: Any, index: int, device_id: int) -> PythonInstance:
         if self.model_file is not None:

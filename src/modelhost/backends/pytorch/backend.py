@@ -9,6 +9,7 @@ only warns, with Triton's words.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ class PyTorchBackend:
     name = "pytorch"
 
     @staticmethod
-    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+    def autocomplete(
+        config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+    ) -> None:
         log.warning(
             "skipping model configuration auto-complete for '%s': not supported for pytorch backend",
             config.name or model_dir.name,

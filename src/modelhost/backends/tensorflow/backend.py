@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -126,7 +127,9 @@ class TensorFlowBackend:
         self._sharing: dict[tuple[int, str | None], _Loaded] = {}
 
     @staticmethod
-    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+    def autocomplete(
+        config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+    ) -> None:
         """Inputs, outputs and max_batch_size from the SavedModel's serving signature."""
         autocomplete_tensorflow(config, model_dir, default_max_batch_size=default_max_batch_size)
 

@@ -7,6 +7,7 @@ loads and auto-complete alike.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ class TensorRTBackend:
         self._engines = EngineCache()
 
     @staticmethod
-    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+    def autocomplete(
+        config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+    ) -> None:
         """Inputs, outputs, max_batch_size and dynamic batching from the engine (Triton does not use
         default-max-batch-size for TensorRT: the engine's profiles decide)."""
         autocomplete_plan(config, model_dir, adapter.RUNTIME)
