@@ -544,8 +544,9 @@ def run_tests(
     results_dir = ctx.logs / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     full_env = {**env, **run.env}
-    if ctx.client is not None:  # for the tests only: the server keeps the installed packages
+    if ctx.client is not None:  # for the tests only: a server they start drops it (tritonserver_shim)
         full_env["PYTHONPATH"] = os.pathsep.join([str(SHIM), str(ctx.client), full_env.get("PYTHONPATH", "")])
+        full_env["TRITON_QA_CLIENT"] = str(ctx.client)
     if run.pytest:
         xml = results_dir / f"{tag}.xml"
         xml.unlink(missing_ok=True)
@@ -694,7 +695,16 @@ def tritonserver_shim(ctx: SuiteContext) -> Path:
     bindir = ctx.cache / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
     shim = bindir / "tritonserver"
-    text = f'#!/bin/sh\nexec "{ctx.python}" -m modelhost serve "$@"\n'
+    # The server runs with the packages of --python, never with the tests' tritonclient (TRITON_QA_CLIENT, on
+    # the path of the tests that start it), whose protos are older than those modelhost reads configs with.
+    text = (
+        "#!/bin/sh\n"
+        'if [ -n "$TRITON_QA_CLIENT" ]; then\n'
+        '  PYTHONPATH=$(printf %s "$PYTHONPATH" | tr : "\\n" | grep -vxF "$TRITON_QA_CLIENT" | paste -sd: -)\n'
+        "  export PYTHONPATH\n"
+        "fi\n"
+        f'exec "{ctx.python}" -m modelhost serve "$@"\n'
+    )
     if not shim.exists() or shim.read_text() != text:
         shim.write_text(text)
         shim.chmod(0o755)
