@@ -6,7 +6,7 @@ shadow the real package.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,5 +184,7 @@ class FakeTensorRTBackend:
     name = "tensorrt"
 
     @staticmethod
-    def autocomplete(config: Any, model_dir: Path, *, default_max_batch_size: int) -> None:
+    def autocomplete(
+        config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
+    ) -> None:
         autocomplete_plan(config, model_dir, FAKE_RUNTIME)
