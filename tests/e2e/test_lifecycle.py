@@ -53,14 +53,22 @@ def test_sigterm_lets_in_flight_requests_finish(slow_repo: Path, tmp_path: Path)
     # While the request in flight finishes, the ports stay open (as in Triton): not ready, and a new inference
     # request is refused in Triton's words, on HTTP and gRPC.
     stopping = "Server is stopping, scheduler for model has stopped accepting new inference requests"
-    poll(lambda: not httpclient.InferenceServerClient(server.http_url).is_server_ready(), 10, "not ready")
-    with pytest.raises(InferenceServerException, match=stopping) as refused:
-        httpclient.InferenceServerClient(server.http_url).infer("slow", slow_inputs(1))
-    assert refused.value.status() == "503"
-    with pytest.raises(InferenceServerException, match=stopping) as refused:
-        grpcclient.InferenceServerClient(server.grpc_url).infer("slow", _grpc_slow_inputs(1))
-    assert refused.value.status() == "StatusCode.UNAVAILABLE"
-    worker.join(60)
+    # Clients closed here, not left to a garbage collection on whichever thread runs it.
+    probe = httpclient.InferenceServerClient(server.http_url)
+    gprobe = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        poll(lambda: not probe.is_server_ready(), 10, "not ready")
+        with pytest.raises(InferenceServerException, match=stopping) as refused:
+            probe.infer("slow", slow_inputs(1))
+        assert refused.value.status() == "503"
+        with pytest.raises(InferenceServerException, match=stopping) as refused:
+            gprobe.infer("slow", _grpc_slow_inputs(1))
+        assert refused.value.status() == "StatusCode.UNAVAILABLE"
+        worker.join(60)
+    finally:
+        probe.close()
+        gprobe.close()
+        client.close()
     assert server.process.wait(30) == 0
     assert "error" not in outcome, outcome.get("error")
     assert isinstance(outcome["result"], np.ndarray)
