@@ -283,7 +283,7 @@ class InstancePool:
         def closed(done: asyncio.Future[None]) -> None:
             if self._limiter is not None and slots:
                 self._limiter.unregister(slots)
-            if done.exception() is not None:
+            if not done.cancelled() and done.exception() is not None:
                 log.error("failed to close model instance '%s': %s", instance.name, done.exception())
             if not retiring.closed.done():
                 retiring.closed.set_result(None)

@@ -397,8 +397,8 @@ class SequenceBatcher:
     def add_lanes(self, workers: list[Worker]) -> None:
         """New instances (an instance update): their slots take backlogged sequences first, then new ones."""
         for worker in workers:
-            index = max(self._lanes, default=-1) + 1
-            index = self._next_lane = max(index, self._next_lane + 1)
+            self._next_lane += 1
+            index = self._next_lane
             lane = _Lane(index, worker, [None] * self._slots_per_lane)
             self._lanes[index] = lane
             for slot in range(self._slots_per_lane):
