@@ -224,7 +224,7 @@ class FakeServer:
             )
         yield InferenceResponse(request.model_name, "1", request.id, [], {"triton_final_response": True})
 
-    def model_ready(self, name: str, version: str = "") -> bool:
+    def model_healthy(self, name: str, version: str = "") -> bool:
         return name in self.answers
 
 

@@ -102,6 +102,12 @@ class AlreadyExists(ModelhostError):
     kind = ErrorKind.ALREADY_EXISTS
 
 
+class Conflict(AlreadyExists):
+    """A second load of a model name through SageMaker's multi-model API (409, as its contract asks)."""
+
+    kind = ErrorKind.CONFLICT
+
+
 class Cancelled(ModelhostError):
     kind = ErrorKind.CANCELLED
     failure_reason = (

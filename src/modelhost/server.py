@@ -1,4 +1,5 @@
-"""The core: one entry point for every frontend. Frontends call these methods and never touch a scheduler."""
+"""The engine: it implements `modelhost.engine_api.EngineAPI` for the frontends in its process and for the
+engine's end of the link to frontend processes, and answers ensembles and BLS calls directly."""
 
 from __future__ import annotations
 
@@ -6,12 +7,20 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from modelhost import TRITON_COMPAT_VERSION
-from modelhost.config import config_to_json
 from modelhost.config.normalize import is_ensemble
-from modelhost.errors import InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
+from modelhost.engine_api import (
+    CUDA_SHM,
+    RECEIVE_ACTIVITIES,
+    SEND_ACTIVITIES,
+    CallContext,
+    ModelSignature,
+    ShmKind,
+)
+from modelhost.errors import Conflict, InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
 from modelhost.io_specs import format_shape
 from modelhost.log_settings import LogSettings
 from modelhost.model import LoadedModel
@@ -71,26 +80,27 @@ class Server:
         # --cache-config: the response cache models with `response_cache { enable: true }` use.
         self.response_cache: ResponseCache | None = None
 
-    # -- health and metadata -----------------------------------------------------------------------------------
+    # -- health and metadata (EngineAPI) -----------------------------------------------------------------------
 
-    def is_live(self) -> bool:
+    async def is_live(self) -> bool:
         return self.live
 
-    def is_ready(self) -> bool:
+    async def is_ready(self) -> bool:
         if not (self.live and self.accepting):
             return False
         if not self.strict_readiness:
             return True
         return self.registry.all_ready() and all(m.healthy for m in self.registry.ready_models())
 
-    def model_ready(self, name: str, version: str = "") -> bool:
+    def model_healthy(self, name: str, version: str = "") -> bool:
+        """Whether a version is ready and healthy (the engine's own question: ensembles, BLS)."""
         try:
             model = self.registry.get(name, version)
         except ModelhostError:
             return False
         return model.healthy
 
-    async def model_ready_checked(self, name: str, version: str = "") -> bool:
+    async def model_ready(self, name: str, version: str = "") -> bool:
         """Model readiness for the ready endpoints: also asks a python model's own `is_ready()`."""
         try:
             model = self.registry.get(name, version)
@@ -101,7 +111,7 @@ class Server:
     def decoupled(self, name: str, version: str = "") -> bool:
         return self.registry.get(name, version).decoupled
 
-    def metadata(self) -> dict[str, Any]:
+    async def server_metadata(self) -> dict[str, Any]:
         extensions = list(EXTENSIONS)
         if self.shared_memory.allowed:
             shared = ["system_shared_memory"]
@@ -110,17 +120,31 @@ class Server:
             extensions[_SHM_AFTER:_SHM_AFTER] = shared
         return {"name": self.server_id, "version": TRITON_COMPAT_VERSION, "extensions": extensions}
 
-    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+    async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         model = self.registry.get(name, version)
         return {"name": name, "versions": self.registry.ready_versions(name), **model.metadata()}
 
-    def model_config(self, name: str, version: str = "") -> Any:
+    async def model_config(self, name: str, version: str = "") -> Any:
         return self.registry.get(name, version).config
 
-    def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
-        return config_to_json(self.model_config(name, version))
+    async def model_signature(self, name: str, version: str = "") -> ModelSignature:
+        model = await self.model_for_request(name, version)
+        return ModelSignature(
+            model.name, model.version_str, model.inputs, model.max_batch_size, model.decoupled
+        )
 
-    def statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
+    async def check_request(self, request: InferenceRequest) -> None:
+        model = await self.model_for_request(request.model_name, request.model_version)
+        model.check_request(request)
+
+    def refused(self, name: str, version: str) -> None:
+        try:
+            model = self.registry.get(name, version)
+        except ModelhostError:
+            return
+        model.stats.failed(0, "REJECTED")
+
+    def model_stats(self, name: str = "", version: str = "") -> list[ModelStats]:
         """Statistics of one model version, of every ready version of a model, or of every ready model."""
         if name and version:
             return [self.registry.get(name, version).stats]
@@ -129,13 +153,78 @@ class Server:
             return [m.stats for m in self.registry.ready_models() if m.name == name]
         return [m.stats for m in self.registry.ready_models()]
 
-    def logging_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        return [s.to_json() for s in self.model_stats(name, version)]
+
+    async def logging_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.log_settings is None:
             raise Unsupported("the logging extension is not available in this server")
         return self.log_settings.update(changes) if changes else self.log_settings.get()
 
-    def repository_index(self, ready_only: bool = False) -> list[dict[str, str | int]]:
-        return self.registry.index(ready_only)
+    async def trace_settings(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The trace extension: the settings (global, or of a model), changed first when `changes` is given."""
+        if model and self.registry.models.get(model) is None:
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        settings = (
+            self.tracer.update(changes, model) if changes is not None else self.tracer.settings_for(model)
+        )
+        return settings.to_json(self.tracer_otel)
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return list(self.registry.index(ready_only))
+
+    async def reload_if_evicted(self, name: str) -> None:
+        try:
+            self.registry.get(name)
+        except (NotFound, Unavailable):
+            await self.registry.load_on_demand(name, "")
+
+    async def register_models(self, names: dict[str, str]) -> None:
+        registry = self.registry
+        first, *others = names
+        if first in registry.registered:
+            raise Conflict(f"failed to register '{first}', there is a conflicting mapping for '{first}'")
+        scanned = registry.scan()  # the repositories' models, and those registered by earlier loads
+        # The first name's mapping takes precedence over a repository model of that name, as in Triton (which
+        # then loads it from its directory); the others must not clash with any model of their name.
+        in_use = [
+            n for n in others if n in scanned or ((e := registry.models.get(n)) is not None and e.serving())
+        ]
+        if in_use:
+            what = ", ".join(f"'{n}'" for n in in_use)
+            raise Conflict(f"failed to register {what}: a model of that name is already registered or loaded")
+        registry.registered.update({name: Path(directory) for name, directory in names.items()})
+
+    async def forget_models(self, names: list[str]) -> None:
+        for name in names:
+            self.registry.registered.pop(name, None)
+
+    async def settled(self, timeout: float | None = None) -> bool:
+        return await self.registry.settled(timeout)
+
+    # -- shared memory (EngineAPI) -----------------------------------------------------------------------------
+
+    async def check_shared_memory(self, kind: ShmKind) -> None:
+        self.shared_memory.check_allowed()
+        if kind == CUDA_SHM:
+            self.shared_memory.cuda_ipc()  # without a GPU: 501 with the reason
+
+    async def shared_memory_status(self, kind: ShmKind, name: str = "") -> list[dict[str, Any]]:
+        return self.shared_memory.status(name, kind)
+
+    async def register_system_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    async def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        # Off the loop: opening a handle maps memory, and the first one creates the CUDA context.
+        await asyncio.to_thread(self.shared_memory.register_cuda, name, raw_handle, device_id, byte_size)
+
+    async def unregister_shared_memory(self, kind: ShmKind, name: str = "") -> None:
+        self.shared_memory.unregister(name, kind)
+
+    # -- the model repository (EngineAPI) ----------------------------------------------------------------------
 
     def _check_explicit_mode(self) -> None:
         if self.registry.mode != "explicit":
@@ -184,11 +273,24 @@ class Server:
             message = f"in ensemble '{model_name}', {message}"
         return Unavailable(message)
 
-    async def infer(self, request: InferenceRequest, *, internal: bool = False) -> InferenceResponse:
-        """`internal`: a request an ensemble makes of a composing model for a request already accepted (it goes
-        on while the server drains)."""
+    async def infer(
+        self, request: InferenceRequest, context: CallContext | None = None, *, internal: bool = False
+    ) -> InferenceResponse:
+        """`context`: how a frontend received the request, for its trace (a traced request's trace then stays
+        open until `sent`). `internal`: a request an ensemble makes of a composing model for a request already
+        accepted (it goes on while the server drains)."""
         if not (self.accepting or internal or self._continues_sequence(request)):
             raise self._stopping(request.model_name)
+        if not request.shared_memory:
+            return await self._infer(request, context)
+        lease = self.shared_memory.lease()
+        try:
+            lease.read(request)
+            return lease.written(await self._infer(request, context))
+        finally:
+            lease.release()
+
+    async def _infer(self, request: InferenceRequest, context: CallContext | None) -> InferenceResponse:
         try:
             model = self.registry.get(request.model_name, request.model_version)
         except (NotFound, Unavailable) as e:
@@ -211,6 +313,8 @@ class Server:
         if verbose:
             log.debug("%s", _describe(request, model))
         trace = request.trace
+        if trace is None and context is not None and self.tracer.enabled:
+            trace = self._start_trace(request, context)
         if trace is not None:
             traced_from = self._trace_start(trace, model, request)
         self._in_flight += 1
@@ -222,6 +326,8 @@ class Server:
             stats.failed(time.perf_counter_ns() - started, _failure_reason(e))
             if trace is not None:
                 stamp_failed_request(trace, traced_from, time.monotonic_ns())
+                if context is not None:
+                    self.tracer.finish(trace)  # the frontend sends no answer: the trace ends here
             raise
         else:
             stats.succeeded(time.perf_counter_ns() - started, timing)
@@ -267,15 +373,29 @@ class Server:
             trace.tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data)
         return time.monotonic_ns()
 
-    def start_trace(self, request: InferenceRequest, traceparent: str = "") -> Trace | None:
-        """A trace for this request when tracing samples it (the frontend stamps and finishes it)."""
-        if not self.tracer.enabled:
+    def _start_trace(self, request: InferenceRequest, context: CallContext) -> Trace | None:
+        """A trace for this request when tracing samples it, with the frontend's receive window."""
+        trace = self.tracer.start(request.model_name, request.model_version, request.id, context.parent())
+        if trace is None:
             return None
-        trace = self.tracer.start(request.model_name, request.model_version, request.id, traceparent)
         request.trace = trace
+        trace.protocol = context.protocol
+        start, end = RECEIVE_ACTIVITIES[context.protocol]
+        trace.stamp(start, context.received_ns)
+        trace.stamp(end)
         return trace
 
-    def trace_settings(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    def sent(self, request: InferenceRequest, send_started_ns: int, *, last: bool = True) -> None:
+        trace = request.trace
+        if trace is None or not trace.protocol:
+            return
+        start, end = SEND_ACTIVITIES[trace.protocol]
+        trace.stamp(start, send_started_ns)
+        trace.stamp(end)
+        if last:
+            self.tracer.finish(trace)
+
+    def trace_settings_now(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
         """The trace extension: the settings (global, or of a model), changed first when `changes` is given."""
         if model and self.registry.models.get(model) is None:
             raise InvalidArgument(f"Request for unknown model : {model}")
@@ -285,14 +405,36 @@ class Server:
         return settings.to_json(self.tracer_otel)
 
     async def infer_stream(
-        self, request: InferenceRequest, *, internal: bool = False
+        self, request: InferenceRequest, context: CallContext | None = None, *, internal: bool = False
     ) -> AsyncIterator[InferenceResponse]:
         """The responses of one request of a stream (several for a decoupled model), each marked final or not."""
         if not (self.accepting or internal or self._continues_sequence(request)):
             raise self._stopping(request.model_name)
+        lease = None
+        if request.shared_memory:
+            lease = self.shared_memory.lease()
+        try:
+            if lease is not None:
+                lease.read(request)
+            trace = None
+            if context is not None and self.tracer.enabled:
+                trace = self._start_trace(request, context)
+            try:
+                async for response in self._infer_stream(request, internal):
+                    yield response if lease is None else lease.written(response)
+            finally:
+                if trace is not None:
+                    self.tracer.finish(trace)
+        finally:
+            if lease is not None:
+                lease.release()
+
+    async def _infer_stream(
+        self, request: InferenceRequest, internal: bool
+    ) -> AsyncIterator[InferenceResponse]:
         model = await self.model_for_request(request.model_name, request.model_version)
         if not model.decoupled:
-            response = await self.infer(request, internal=internal)
+            response = await self._infer(request, None)
             response.parameters[FINAL_RESPONSE] = True
             yield response
             return

@@ -24,6 +24,7 @@ is done once. System and CUDA regions share one namespace of names, as in Triton
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import mmap
 import os
@@ -38,7 +39,8 @@ import numpy.typing as npt
 from modelhost import cuda_runtime
 from modelhost.devices import gpu_count
 from modelhost.errors import AlreadyExists, ErrorKind, InvalidArgument, ModelhostError, NotFound, Unsupported
-from modelhost.tensor_codec import raw_bytes
+from modelhost.tensor_codec import array_from_raw, raw_bytes
+from modelhost.types import InferenceRequest, InferenceResponse, ShmWindow
 
 log = logging.getLogger("modelhost.shared_memory")
 
@@ -299,6 +301,35 @@ class Lease:
         if len(blob):
             target.region.write(target.offset, blob)
         return True
+
+    def read(self, request: InferenceRequest) -> None:
+        """Resolve a request's shared-memory refs: each input's data read from its window (a view of a system
+        region, a host copy of a CUDA one), each output's window checked for `written`."""
+        for tensor in request.inputs:
+            window = tensor.shm
+            if window is not None:
+                view = self.input(window.region, window.offset, window.byte_size)
+                tensor.data = array_from_raw(
+                    tensor.name, tensor.datatype, tensor.shape, view, request.model_name, request.id
+                )
+        for output in request.outputs:
+            window = output.shm
+            if window is not None:
+                self.output(output.name, window.region, window.offset, window.byte_size)
+
+    def written(self, response: InferenceResponse) -> InferenceResponse:
+        """The response with each output requested in shared memory written into its window and marked so
+        (copies: a cached response is shared)."""
+        if not self.outputs or response.error is not None:
+            return response
+        outputs = []
+        for tensor in response.outputs:
+            if self.write(tensor.name, tensor.datatype, tensor.data):
+                target = self.outputs[tensor.name]
+                window = ShmWindow(target.region.name, target.offset, target.byte_size)
+                tensor = dataclasses.replace(tensor, shm=window)
+            outputs.append(tensor)
+        return dataclasses.replace(response, outputs=outputs)
 
     def release(self) -> None:
         held, self.held = self.held, []

@@ -29,6 +29,16 @@ FINAL_RESPONSE = "triton_final_response"
 EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
 
 
+@dataclass(frozen=True, slots=True)
+class ShmWindow:
+    """Bytes of a client's registered shared-memory region: the engine, which holds the regions, reads an input
+    from it and writes an output into it."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
 @dataclass(slots=True)
 class Tensor:
     name: str
@@ -36,6 +46,9 @@ class Tensor:
     shape: list[int]
     data: npt.NDArray[Any]
     parameters: Parameters = field(default_factory=dict)
+    # An input: the window its data is in (`data` is empty until the engine reads it). An output: the window the
+    # engine wrote it into (its frontend sends only its metadata).
+    shm: ShmWindow | None = None
 
 
 @dataclass(slots=True)
@@ -45,6 +58,8 @@ class RequestedOutput:
     binary: bool | None = None
     classification: int = 0
     parameters: Parameters = field(default_factory=dict)
+    # The window of a client's shared-memory region the output is to be written into.
+    shm: ShmWindow | None = None
 
 
 @dataclass(slots=True)
@@ -59,8 +74,11 @@ class InferenceRequest:
     # Scheduling parameters (Triton's reserved `priority` and `timeout`): 0 = the model's defaults.
     priority: int = 0
     timeout_us: int = 0
-    # The request's trace (modelhost.tracing.Trace) when tracing sampled it; set by the frontend.
+    # The request's trace (modelhost.tracing.Trace) when tracing sampled it; set by the engine.
     trace: Any = None
+    # Some input or requested output lies in a client's shared memory (`shm` set): the decoder says so, to spare
+    # the engine a look at every tensor of every request.
+    shared_memory: bool = False
 
 
 def request_from_wire(
@@ -70,6 +88,7 @@ def request_from_wire(
     inputs: list[Tensor],
     outputs: list[RequestedOutput],
     params: Parameters,
+    shared_memory: bool = False,
 ) -> InferenceRequest:
     """A request as a frontend decoded it: Triton's reserved `priority` and `timeout` parameters become its
     scheduling fields, and the reserved parameters stay out of `parameters` (HTTP and gRPC alike)."""
@@ -82,6 +101,7 @@ def request_from_wire(
         priority=int(params.get("priority", 0)),
         timeout_us=int(params.get("timeout", 0)),
         parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
+        shared_memory=shared_memory,
     )
 
 
@@ -104,6 +124,7 @@ __all__ = [
     "ParamValue",
     "Parameters",
     "RequestedOutput",
+    "ShmWindow",
     "Tensor",
     "request_from_wire",
 ]

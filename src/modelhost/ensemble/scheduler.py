@@ -108,7 +108,7 @@ class EnsembleScheduler:
         """Every composing model serves (one unloaded makes the ensemble unable to answer)."""
         server = self.services.server
         return server is not None and all(
-            server.model_ready(step.model_name, step.model_version) for step in self.plan.steps
+            server.model_healthy(step.model_name, step.model_version) for step in self.plan.steps
         )
 
 

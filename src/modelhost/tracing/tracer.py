@@ -34,6 +34,8 @@ class Trace:
     traceparent: str = ""
     last: bool = False  # the last trace `count` allows
     ensemble: bool = False  # an ensemble's request: its steps compute, it does not (no compute span)
+    # The frontend protocol a request came by ("HTTP", "GRPC"): its receive and send activities' names.
+    protocol: str = ""
     # The request's RequestTiming once the model has accepted its inputs (set by the model): how far a request
     # that failed got (queued, executing), for its timestamps.
     timing: Any = None

@@ -11,14 +11,16 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import msgspec
 
+from modelhost.engine_api import CallContext
 from modelhost.errors import ModelhostError
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.routes import HttpRoutes, failure_response, traced_infer
+from modelhost.frontends.http.routes import HttpRoutes, failure_response
 from modelhost.server import Server
 from modelhost.transport.framing import FramedProtocol
 from modelhost.transport.messages import (
@@ -46,13 +48,6 @@ def _reply_of(call: int, response: InferenceResponse) -> InferReply:
         [to_wire(t) for t in response.outputs],
         response.parameters,
     )
-
-
-def _reply_to(call: int) -> Callable[[InferenceResponse], Awaitable[InferReply]]:
-    async def encode(response: InferenceResponse) -> InferReply:
-        return _reply_of(call, response)
-
-    return encode
 
 
 def _http_reply(call: int, response: HttpResponse) -> HttpReply:
@@ -126,9 +121,11 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
                 priority=call.priority,
                 timeout_us=call.timeout_us,
             )
-            reply: InferReply | HttpReply = await traced_infer(
-                self.service.server, request, call.received_ns, call.traceparent, _reply_to(call.call)
-            )
+            server = self.service.server
+            response = await server.infer(request, CallContext("HTTP", call.received_ns, call.traceparent))
+            send_started = time.monotonic_ns()
+            reply: InferReply | HttpReply = _reply_of(call.call, response)
+            server.sent(request, send_started)
         except ModelhostError as e:
             reply = _http_reply(call.call, failure_response("POST", call.path, e))
         except Exception:

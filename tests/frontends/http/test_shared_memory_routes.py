@@ -15,6 +15,7 @@ import pytest
 from cuda_stand_in import HostIpc
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse
 from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.registry import ModelRegistry
 from modelhost.server import Server
 from modelhost.shared_memory import CUDA, SharedMemoryRegistry
 
@@ -35,8 +36,10 @@ def registry(ipc: HostIpc) -> Iterator[SharedMemoryRegistry]:
 
 @pytest.fixture
 def routes(registry: SharedMemoryRegistry) -> HttpRoutes:
-    # The shared-memory endpoints use nothing of the server but its registry.
-    return HttpRoutes(cast(Server, SimpleNamespace(shared_memory=registry)), max_input_size=1 << 20)
+    # The shared-memory endpoints use nothing of the engine but its shared-memory registry.
+    engine = Server(cast(ModelRegistry, SimpleNamespace()))
+    engine.shared_memory = registry
+    return HttpRoutes(engine, max_input_size=1 << 20)
 
 
 def call(routes: HttpRoutes, method: str, path: str, body: Any = None) -> HttpResponse:

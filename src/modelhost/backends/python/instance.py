@@ -665,7 +665,7 @@ class PythonInstance:
             request = self._bls_request(stub, message)
             if server is None:
                 raise Unavailable("BLS is not available: the model runs outside a server")
-            if not server.model_ready(model, request.model_version):
+            if not server.model_healthy(model, request.model_version):
                 raise InternalError(
                     f"Failed for execute the inference request. Model '{model}' is not ready."
                 )
@@ -790,7 +790,7 @@ class PythonInstance:
             elif op == "unload":
                 await server.unload_model(name, {"unload_dependents": bool(kwargs.get("unload_dependents"))})
             else:
-                result = server.model_ready(name, str(kwargs.get("model_version") or ""))
+                result = server.model_healthy(name, str(kwargs.get("model_version") or ""))
         except ModelhostError as e:
             error = str(e)
         except Exception as e:  # still an answer: the model waits for one

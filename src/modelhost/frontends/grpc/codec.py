@@ -12,8 +12,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from modelhost.datatypes import WIRE_ELEMENT_SIZE, WIRE_TO_NUMPY
-from modelhost.errors import InvalidArgument, Unsupported
-from modelhost.shared_memory import DISABLED, Lease
+from modelhost.errors import InvalidArgument
 from modelhost.tensor_codec import (
     array_from_raw,
     byte_size_mismatch,
@@ -26,10 +25,13 @@ from modelhost.types import (
     InferenceResponse,
     Parameters,
     RequestedOutput,
+    ShmWindow,
     Tensor,
     request_from_wire,
 )
 
+# The data of an input in shared memory until the engine reads it.
+_UNREAD = np.empty(0, dtype=np.uint8)
 # The InferTensorContents fields in the order Triton reads them, each with the datatype its values carry
 # (int_contents and uint_contents also carry the 8- and 16-bit types). FP16 and BF16 travel raw only.
 _CONTENTS_FIELDS = (
@@ -184,7 +186,7 @@ def _typed_contents(tensor: Any, shape: list[int], model: str, request_id: str) 
 _SHM_KEYS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
 
 
-def _shm_window(params: Any, tensor: str, shm: Lease | None) -> tuple[str, int, int] | None:
+def _shm_window(params: Any, tensor: str) -> ShmWindow | None:
     """The region, offset and byte size a tensor's parameters name (None: not in shared memory), checked in
     Triton's words (grpc/infer_handler.cc)."""
     if not any(k in params for k in _SHM_KEYS):
@@ -209,9 +211,6 @@ def _shm_window(params: Any, tensor: str, shm: Lease | None) -> tuple[str, int, 
             "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor "
             f"'{tensor}'"
         )
-    if shm is None:
-        raise Unsupported(DISABLED)
-    shm.registry.check_allowed()
     region = values["shared_memory_region"]
     offset = values.get("shared_memory_offset", 0)
     byte_size = values["shared_memory_byte_size"]
@@ -220,12 +219,11 @@ def _shm_window(params: Any, tensor: str, shm: Lease | None) -> tuple[str, int, 
         raise InvalidArgument(f"Invalid offset for shared memory region: '{region}'")
     if byte_size < 0:
         raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{region}'")
-    return region, offset, byte_size
+    return ShmWindow(region, offset, byte_size)
 
 
-def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
-    """`shm`: where inputs and outputs in shared memory are looked up (None: the extension is disabled); the
-    caller releases it once the answer is written."""
+def decode_request(msg: Any) -> InferenceRequest:
+    """Inputs and outputs in shared memory come out as `ShmWindow` refs, which the engine resolves."""
     # The hot path of every gRPC inference: each protobuf field is read once (a read builds a Python object), the
     # per-tensor checks of parameters run only when there are parameters at all, and repeated fields are sliced
     # into lists rather than iterated (iterating a upb container ends on a formatted IndexError, ~1 us each).
@@ -243,10 +241,11 @@ def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
             f"{len(tensors)} inputs"
         )
     inputs: list[Tensor] = []
+    shared_memory = False
     i = -1  # the raw_input_contents entry of the input: inputs in shared memory have none
     for tensor in tensors:
         name, datatype, tensor_params = tensor.name, tensor.datatype, tensor.parameters
-        window = _shm_window(tensor_params, name, shm) if tensor_params else None
+        window = _shm_window(tensor_params, name) if tensor_params else None
         has_contents = tensor.HasField("contents")
         if window is not None:
             if has_contents:
@@ -255,12 +254,8 @@ def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
                     f"'{model}'"
                 )
             _check_input(name, datatype, tensor_params)
-            assert shm is not None
-            shape = tensor.shape[:]
-            view = shm.input(*window)
-            inputs.append(
-                Tensor(name, datatype, shape, array_from_raw(name, datatype, shape, view, model, request_id))
-            )
+            inputs.append(Tensor(name, datatype, tensor.shape[:], _UNREAD, shm=window))
+            shared_memory = True
             continue
         i += 1
         if has_contents and n_raw:
@@ -285,13 +280,13 @@ def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
     for out in msg.outputs[:]:
         out_params = out.parameters
         count = 0
+        window = None
         if out_params:
-            window = _shm_window(out_params, out.name, shm)
+            window = _shm_window(out_params, out.name)
             if window is not None:
                 if "classification" in out_params:
                     raise InvalidArgument("output can't set both 'shared_memory_region' and 'classification'")
-                assert shm is not None
-                shm.output(out.name, *window)
+                shared_memory = True
             for key in out_params:
                 if key.startswith("triton_"):
                     raise _triton_reserved(request_level=False)
@@ -304,12 +299,12 @@ def decode_request(msg: Any, shm: Lease | None = None) -> InferenceRequest:
                 count = param.int64_param
                 if count < 0:
                     raise InvalidArgument("invalid value for 'classification' parameter, expected >= 0")
-        outputs.append(RequestedOutput(out.name, None, count))
-    return request_from_wire(model, version, request_id, inputs, outputs, params)
+        outputs.append(RequestedOutput(out.name, None, count, shm=window))
+    return request_from_wire(model, version, request_id, inputs, outputs, params, shared_memory)
 
 
-def encode_response(response: InferenceResponse, shm: Lease | None = None) -> Any:
-    """An output requested in shared memory is written there, its raw_output_contents entry left empty (as in
+def encode_response(response: InferenceResponse) -> Any:
+    """An output the engine wrote into shared memory has its raw_output_contents entry left empty (as in
     Triton: the entries keep their indices)."""
     msg = service_pb2.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
@@ -319,7 +314,7 @@ def encode_response(response: InferenceResponse, shm: Lease | None = None) -> An
         out.name = tensor.name
         out.datatype = tensor.datatype
         out.shape.extend(tensor.shape)
-        if shm is not None and shm.outputs and shm.write(tensor.name, tensor.datatype, tensor.data):
+        if tensor.shm is not None:
             msg.raw_output_contents.append(b"")
         else:
             msg.raw_output_contents.append(raw_bytes(tensor.datatype, tensor.data))

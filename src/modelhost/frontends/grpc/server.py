@@ -11,10 +11,10 @@ from typing import Any
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
+from modelhost.engine_api import EngineAPI
 from modelhost.frontends.grpc.connection import GrpcConnection
 from modelhost.frontends.grpc.methods import Method, methods_of
 from modelhost.frontends.grpc.service import GrpcService, HealthService
-from modelhost.server import Server
 
 log = logging.getLogger("modelhost.grpc")
 
@@ -62,12 +62,12 @@ def _delayed(method: Method, delay_s: int, process_delay_s: float) -> Method:
 
 
 class GrpcServer:
-    def __init__(self, server: Server, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
+    def __init__(self, engine: EngineAPI, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
         self.methods: dict[bytes, Method] = {
             **methods_of(
-                service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], GrpcService(server)
+                service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], GrpcService(engine)
             ),
-            **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], HealthService(server)),
+            **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], HealthService(engine)),
         }
         delay_s, process_delay_s = _debug_response_delay(), _debug_process_delay()
         if delay_s or process_delay_s:

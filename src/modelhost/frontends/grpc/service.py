@@ -14,6 +14,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
+from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, CallContext, EngineAPI
 from modelhost.errors import (
     DecoupledModel,
     InvalidArgument,
@@ -21,12 +22,11 @@ from modelhost.errors import (
     Unsupported,
     request_failure_level,
 )
-from modelhost.frontends.grpc.calls import AbortError, CallContext
+from modelhost.frontends.grpc.calls import AbortError
+from modelhost.frontends.grpc.calls import CallContext as GrpcCall
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.frontends.grpc.statuses import grpc_code
-from modelhost.server import Server
-from modelhost.shared_memory import CUDA
-from modelhost.types import EMPTY_FINAL_RESPONSE
+from modelhost.types import EMPTY_FINAL_RESPONSE, InferenceRequest
 
 # The repository index rows' fields that RepositoryIndexResponse.ModelIndex has (the HTTP JSON has more).
 _INDEX_FIELDS = frozenset({"name", "version", "state", "reason"})
@@ -38,13 +38,13 @@ T = TypeVar("T")
 STREAM_WINDOW = 64
 
 
-async def _fail(context: CallContext, what: str, e: ModelhostError) -> NoReturn:
+async def _fail(context: GrpcCall, what: str, e: ModelhostError) -> NoReturn:
     log.log(request_failure_level(e), "%s failed: %s", what, e)
     await context.abort(grpc_code(e), str(e))
     raise e  # unreachable: abort raises
 
 
-async def _answer(context: CallContext, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+async def _answer(context: GrpcCall, what: str, fn: Callable[[], Awaitable[T]]) -> T:
     try:
         return await fn()
     except ModelhostError as e:
@@ -60,30 +60,35 @@ def _parameter_values(parameters: Any) -> dict[str, Any]:
     return values
 
 
+def _traceparent(context: GrpcCall) -> Callable[[], str]:
+    """What reads a call's traceparent metadata: only a traced request's is read."""
+    return lambda: str(dict(context.invocation_metadata() or ()).get("traceparent", ""))
+
+
 class GrpcService:
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, engine: EngineAPI) -> None:
+        self.engine = engine
 
-    async def ServerLive(self, request: Any, context: CallContext) -> Any:
-        return service_pb2.ServerLiveResponse(live=self.server.is_live())
+    async def ServerLive(self, request: Any, context: GrpcCall) -> Any:
+        return service_pb2.ServerLiveResponse(live=await self.engine.is_live())
 
-    async def ServerReady(self, request: Any, context: CallContext) -> Any:
-        return service_pb2.ServerReadyResponse(ready=self.server.is_ready())
+    async def ServerReady(self, request: Any, context: GrpcCall) -> Any:
+        return service_pb2.ServerReadyResponse(ready=await self.engine.is_ready())
 
-    async def ModelReady(self, request: Any, context: CallContext) -> Any:
+    async def ModelReady(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             version = parse_model_version(request.version)
-            ready = await self.server.model_ready_checked(request.name, version)
+            ready = await self.engine.model_ready(request.name, version)
             return service_pb2.ModelReadyResponse(ready=ready)
 
         return await _answer(context, f"readiness of '{request.name}'", run)
 
-    async def ServerMetadata(self, request: Any, context: CallContext) -> Any:
-        return service_pb2.ServerMetadataResponse(**self.server.metadata())
+    async def ServerMetadata(self, request: Any, context: GrpcCall) -> Any:
+        return service_pb2.ServerMetadataResponse(**await self.engine.server_metadata())
 
-    async def ModelMetadata(self, request: Any, context: CallContext) -> Any:
+    async def ModelMetadata(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
-            meta = self.server.model_metadata(request.name, parse_model_version(request.version))
+            meta = await self.engine.model_metadata(request.name, parse_model_version(request.version))
             response = service_pb2.ModelMetadataResponse(
                 name=meta["name"], versions=meta["versions"], platform=meta["platform"]
             )
@@ -94,29 +99,29 @@ class GrpcService:
 
         return await _answer(context, f"metadata of '{request.name}'", run)
 
-    async def ModelConfig(self, request: Any, context: CallContext) -> Any:
+    async def ModelConfig(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             response = service_pb2.ModelConfigResponse()
-            config = self.server.model_config(request.name, parse_model_version(request.version))
+            config = await self.engine.model_config(request.name, parse_model_version(request.version))
             response.config.CopyFrom(config)
             return response
 
         return await _answer(context, f"config of '{request.name}'", run)
 
-    async def ModelStatistics(self, request: Any, context: CallContext) -> Any:
+    async def ModelStatistics(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             version = parse_model_version(request.version)
             response = service_pb2.ModelStatisticsResponse()
-            for stats in self.server.statistics(request.name, version):
+            for stats in await self.engine.statistics(request.name, version):
                 # ignore_unknown_fields: the JSON has modelhost's own additions (cold_start), which gRPC lacks.
-                json_format.ParseDict(stats.to_json(), response.model_stats.add(), ignore_unknown_fields=True)
+                json_format.ParseDict(stats, response.model_stats.add(), ignore_unknown_fields=True)
             return response
 
         return await _answer(context, f"statistics of '{request.name or '*'}'", run)
 
-    async def LogSettings(self, request: Any, context: CallContext) -> Any:
+    async def LogSettings(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
-            settings = self.server.logging_settings(_parameter_values(request.settings))
+            settings = await self.engine.logging_settings(_parameter_values(request.settings))
             response = service_pb2.LogSettingsResponse()
             for key, current in settings.items():
                 if isinstance(current, bool):
@@ -129,81 +134,58 @@ class GrpcService:
 
         return await _answer(context, "log settings", run)
 
-    async def RepositoryIndex(self, request: Any, context: CallContext) -> Any:
+    async def RepositoryIndex(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             if request.repository_name:
                 raise Unsupported("'repository_name' specification is not supported")
             response = service_pb2.RepositoryIndexResponse()
-            for row in self.server.repository_index(request.ready):
+            for row in await self.engine.repository_index(request.ready):
                 response.models.add(**{k: v for k, v in row.items() if k in _INDEX_FIELDS})
             return response
 
         return await _answer(context, "repository index", run)
 
-    async def RepositoryModelLoad(self, request: Any, context: CallContext) -> Any:
+    async def RepositoryModelLoad(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             if request.repository_name:
                 raise Unsupported("'repository_name' specification is not supported")
             parameters = _parameter_values(request.parameters)
-            await self.server.load_model(request.model_name, parameters, files_base64=False)
+            await self.engine.load_model(request.model_name, parameters, files_base64=False)
             return service_pb2.RepositoryModelLoadResponse()
 
         return await _answer(context, f"load of '{request.model_name}'", run)
 
-    async def RepositoryModelUnload(self, request: Any, context: CallContext) -> Any:
+    async def RepositoryModelUnload(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             if request.repository_name:
                 raise Unsupported("'repository_name' specification is not supported")
             parameters = _parameter_values(request.parameters)
-            await self.server.unload_model(request.model_name, parameters)
+            await self.engine.unload_model(request.model_name, parameters)
             return service_pb2.RepositoryModelUnloadResponse()
 
         return await _answer(context, f"unload of '{request.model_name}'", run)
 
-    async def _infer_one(self, request: Any) -> Any:
-        lease = self.server.shared_memory.lease()
-        try:
-            core_request = decode_request(request, lease)
-            return encode_response(await self.server.infer(core_request), lease)
-        finally:
-            lease.release()
-
-    async def ModelInfer(self, request: Any, context: CallContext) -> Any:
+    async def ModelInfer(self, request: Any, context: GrpcCall) -> Any:
         # The hot path: no closure, no f-string unless it fails (what _answer costs the other RPCs).
-        lease = self.server.shared_memory.lease()
         try:
-            if self.server.tracer.enabled:
-                return await self._traced_infer(request, context, lease)
-            return encode_response(await self.server.infer(decode_request(request, lease)), lease)
+            core = decode_request(request)
+            response = await self.engine.infer(
+                core, CallContext("GRPC", time.monotonic_ns(), _traceparent(context))
+            )
+            if core.trace is None:
+                return encode_response(response)
+            send_started = time.monotonic_ns()
+            try:
+                return encode_response(response)
+            finally:
+                self.engine.sent(core, send_started)
         except DecoupledModel as e:
             await _fail(context, f"inference of '{request.model_name}'", DecoupledModel(e.grpc_message))
         except ModelhostError as e:
             await _fail(context, f"inference of '{request.model_name}'", e)
-        finally:
-            lease.release()
-
-    async def _traced_infer(self, request: Any, context: CallContext, lease: Any) -> Any:
-        """ModelInfer while tracing is on: a sampled request records the gRPC frontend's timestamps too."""
-        received = time.monotonic_ns()
-        core = decode_request(request, lease)
-        trace = self.server.start_trace(core)
-        if trace is None:
-            return encode_response(await self.server.infer(core), lease)
-        # The metadata is read for sampled requests only.
-        trace.traceparent = str(dict(context.invocation_metadata() or ()).get("traceparent", ""))
-        try:
-            trace.stamp("GRPC_WAITREAD_START", received)
-            trace.stamp("GRPC_WAITREAD_END")
-            response = await self.server.infer(core)
-            trace.stamp("GRPC_SEND_START")
-            encoded = encode_response(response, lease)
-            trace.stamp("GRPC_SEND_END")
-            return encoded
-        finally:
-            self.server.tracer.finish(trace)
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[Any], context: CallContext
+        self, request_iterator: AsyncIterator[Any], context: GrpcCall
     ) -> AsyncIterator[Any]:
         """Requests of one stream run concurrently; each answer (or error) is sent as soon as it is ready.
 
@@ -219,39 +201,22 @@ class GrpcService:
         traceparent = str(metadata.get("traceparent", ""))
 
         async def run(request: Any) -> None:
-            lease = self.server.shared_memory.lease()
-            received = time.monotonic_ns()
-            trace = None
+            context = CallContext("GRPC", time.monotonic_ns(), traceparent)
             try:
-                core = decode_request(request, lease)
-                trace = self.server.start_trace(core, traceparent)
-                if trace is not None:
-                    trace.stamp("GRPC_WAITREAD_START", received)
-                    trace.stamp("GRPC_WAITREAD_END")
+                core = decode_request(request)
                 # 0..N responses (exactly one for a model that is not decoupled), each marked final or not; a
                 # final response without outputs is sent only when the request asks for it, as Triton does.
                 empty_final = core.parameters.get(EMPTY_FINAL_RESPONSE) is True
-                async for response in self.server.infer_stream(core):
+                async for response in self.engine.infer_stream(core, context):
                     if response.error is not None:  # an error response; the request goes on
                         answers.put_nowait((response.error, False))
                         continue
                     if response.outputs or empty_final:
-                        if trace is not None:
-                            trace.stamp("GRPC_SEND_START")
-                        answer = service_pb2.ModelStreamInferResponse(
-                            infer_response=encode_response(response, lease)
-                        )
-                        if trace is not None:
-                            trace.stamp("GRPC_SEND_END")
-                        answers.put_nowait((answer, False))
+                        answers.put_nowait((self._streamed(core, response), False))
                 answers.put_nowait((None, True))
             except ModelhostError as e:
                 log.info("streamed inference of '%s' failed: %s", request.model_name, e)
                 answers.put_nowait((e, True))
-            finally:
-                lease.release()
-                if trace is not None:
-                    self.server.tracer.finish(trace)
 
         async def read() -> None:
             try:
@@ -288,10 +253,17 @@ class GrpcService:
             with contextlib.suppress(BaseException):
                 await reader
 
-    async def SystemSharedMemoryStatus(self, request: Any, context: CallContext) -> Any:
+    def _streamed(self, core: InferenceRequest, response: Any) -> Any:
+        send_started = time.monotonic_ns() if core.trace is not None else 0
+        answer = service_pb2.ModelStreamInferResponse(infer_response=encode_response(response))
+        if send_started:
+            self.engine.sent(core, send_started, last=False)
+        return answer
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             response = service_pb2.SystemSharedMemoryStatusResponse()
-            for region in self.server.shared_memory.status(request.name):
+            for region in await self.engine.shared_memory_status(SYSTEM_SHM, request.name):
                 response.regions[region["name"]].CopyFrom(
                     service_pb2.SystemSharedMemoryStatusResponse.RegionStatus(**region)
                 )
@@ -299,24 +271,26 @@ class GrpcService:
 
         return await _answer(context, "system shared memory status", run)
 
-    async def SystemSharedMemoryRegister(self, request: Any, context: CallContext) -> Any:
+    async def SystemSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
-            self.server.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+            await self.engine.register_system_shared_memory(
+                request.name, request.key, request.offset, request.byte_size
+            )
             return service_pb2.SystemSharedMemoryRegisterResponse()
 
         return await _answer(context, f"registration of shared memory region '{request.name}'", run)
 
-    async def SystemSharedMemoryUnregister(self, request: Any, context: CallContext) -> Any:
+    async def SystemSharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
-            self.server.shared_memory.unregister(request.name)
+            await self.engine.unregister_shared_memory(SYSTEM_SHM, request.name)
             return service_pb2.SystemSharedMemoryUnregisterResponse()
 
         return await _answer(context, f"unregistration of shared memory region '{request.name or '*'}'", run)
 
-    async def CudaSharedMemoryStatus(self, request: Any, context: CallContext) -> Any:
+    async def CudaSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             response = service_pb2.CudaSharedMemoryStatusResponse()
-            for region in self.server.shared_memory.status(request.name, CUDA):
+            for region in await self.engine.shared_memory_status(CUDA_SHM, request.name):
                 response.regions[region["name"]].CopyFrom(
                     service_pb2.CudaSharedMemoryStatusResponse.RegionStatus(**region)
                 )
@@ -324,30 +298,25 @@ class GrpcService:
 
         return await _answer(context, "CUDA shared memory status", run)
 
-    async def CudaSharedMemoryRegister(self, request: Any, context: CallContext) -> Any:
+    async def CudaSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
-            # Off the loop: opening a handle maps memory, and the first one creates the CUDA context.
-            await asyncio.to_thread(
-                self.server.shared_memory.register_cuda,
-                request.name,
-                request.raw_handle,
-                request.device_id,
-                request.byte_size,
+            await self.engine.register_cuda_shared_memory(
+                request.name, request.raw_handle, request.device_id, request.byte_size
             )
             return service_pb2.CudaSharedMemoryRegisterResponse()
 
         return await _answer(context, f"registration of CUDA shared memory region '{request.name}'", run)
 
-    async def CudaSharedMemoryUnregister(self, request: Any, context: CallContext) -> Any:
+    async def CudaSharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
-            self.server.shared_memory.unregister(request.name, CUDA)
+            await self.engine.unregister_shared_memory(CUDA_SHM, request.name)
             return service_pb2.CudaSharedMemoryUnregisterResponse()
 
         return await _answer(
             context, f"unregistration of CUDA shared memory region '{request.name or '*'}'", run
         )
 
-    async def TraceSetting(self, request: Any, context: CallContext) -> Any:
+    async def TraceSetting(self, request: Any, context: GrpcCall) -> Any:
         async def run() -> Any:
             changes: dict[str, Any] | None = None
             if request.settings:
@@ -360,7 +329,7 @@ class GrpcService:
                         raise InvalidArgument(f"expect only 1 value for '{key}'")
                     else:  # no value: back to the global (model) or startup (global) value, as in Triton
                         changes[key] = values[0] if values else None
-            settings = self.server.trace_settings(request.model_name, changes)
+            settings = await self.engine.trace_settings(request.model_name, changes)
             response = service_pb2.TraceSettingResponse()
             for key, value in settings.items():
                 response.settings[key].value.extend(value if isinstance(value, list) else [value])
@@ -373,11 +342,11 @@ class HealthService:
     """The standard `grpc.health.v1.Health/Check` that Kubernetes gRPC probes use: SERVING while the server is
     ready, NOT_SERVING otherwise, whatever service is named (as Triton answers it). `Watch` is not served."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, engine: EngineAPI) -> None:
+        self.engine = engine
 
-    async def Check(self, request: Any, context: CallContext) -> Any:
-        serving = self.server.is_ready()
+    async def Check(self, request: Any, context: GrpcCall) -> Any:
+        serving = await self.engine.is_ready()
         status = (
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from modelhost.errors import ModelhostError
@@ -31,21 +30,10 @@ from modelhost.transport.messages import HttpCall, HttpReply, InferCall, Refused
 from modelhost.transport.tensors import from_wire, to_wire
 from modelhost.types import InferenceResponse
 
-if TYPE_CHECKING:
-    from modelhost.model import LoadedModel
-
 log = logging.getLogger("modelhost.http")
 
 # Versions of 19 digits or more go to the engine, which refuses them with Triton's message.
 _INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]{1,18}))?/infer")
-
-
-class _NeedsEngine(Exception):
-    """The request needs the engine's state to be decoded (a raw binary body names no datatype or shape)."""
-
-
-def _raw_request_model() -> LoadedModel:
-    raise _NeedsEngine
 
 
 class ForwardingRoutes:
@@ -100,13 +88,13 @@ class ForwardingRoutes:
             # Bad input, shared memory, raw binary bodies (and any fault of the decoder itself): the engine decodes
             # it again and answers as it always has (status, message, log line and failure count).
             return None
-        if any(o.classification for o in decoded.request.outputs):
-            return None  # the labels are the model's
+        if decoded.request.shared_memory or any(o.classification for o in decoded.request.outputs):
+            return None  # the engine holds the regions; the labels are the model's
         return name, version, decoded
 
     @staticmethod
     def _decode(request: HttpRequest, name: str, version: str) -> DecodedInfer:
-        return decode_infer(request.headers, request.body, name, version, None, _raw_request_model)
+        return decode_infer(request.headers, request.body, name, version, None)
 
     async def _forward(self, request: HttpRequest) -> HttpResponse:
         call = HttpCall(

@@ -15,16 +15,16 @@ import numpy.typing as npt
 import orjson
 
 from modelhost.datatypes import WIRE_TO_NUMPY
-from modelhost.errors import InvalidArgument, Unsupported
+from modelhost.engine_api import ModelSignature
+from modelhost.errors import InvalidArgument
 from modelhost.io_specs import format_shape
-from modelhost.model import LoadedModel
-from modelhost.shared_memory import DISABLED, Lease
 from modelhost.tensor_codec import array_from_raw, element_count, id_prefix, raw_bytes
 from modelhost.types import (
     InferenceRequest,
     InferenceResponse,
     Parameters,
     RequestedOutput,
+    ShmWindow,
     Tensor,
     request_from_wire,
 )
@@ -33,6 +33,8 @@ from modelhost.types import (
 _BOOLEAN_PARAMS = {"sequence_start", "sequence_end", "binary_data_output"}
 _UNSIGNED_PARAMS = {"priority", "timeout"}
 _NO_JSON = {"FP16", "BF16"}
+# The data of an input in shared memory until the engine reads it.
+_UNREAD: npt.NDArray[Any] = np.empty(0, dtype=np.uint8)
 _TRITON_PREFIX_RESERVED = (
     "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
 )
@@ -43,8 +45,6 @@ class DecodedInfer:
     request: InferenceRequest
     # Outputs answered as binary: None = every output (raw binary requests and binary_data_output).
     binary_all: bool
-    # The shared-memory regions the request reads and writes; None when it uses none.
-    lease: Lease | None = None
 
 
 def _parse_error(field: str, reason: str) -> InvalidArgument:
@@ -173,11 +173,9 @@ def _shm_parameter(params: dict[str, Any], key: str, default: int | None = None)
     return value
 
 
-def _shm_window(params: dict[str, Any], tensor: str, shm: Lease | None) -> tuple[str, int, int]:
-    """The region, offset and byte size a tensor's parameters name, checked as Triton checks them."""
-    if shm is None:
-        raise Unsupported(DISABLED)
-    shm.registry.check_allowed()
+def _shm_window(params: dict[str, Any], tensor: str) -> ShmWindow:
+    """The region, offset and byte size a tensor's parameters name, checked as Triton checks them (the engine,
+    which holds the regions, checks the region and the window)."""
     region = params["shared_memory_region"]
     if not isinstance(region, str):
         raise _parse_error("shared_memory_region", "attempt to access JSON non-string as string")
@@ -189,7 +187,7 @@ def _shm_window(params: dict[str, Any], tensor: str, shm: Lease | None) -> tuple
             f"'{tensor}'"
         )
     assert offset is not None
-    return region, offset, byte_size
+    return ShmWindow(region, offset, byte_size)
 
 
 def decode_json_request(
@@ -197,10 +195,8 @@ def decode_json_request(
     version: str,
     header: bytes | memoryview,
     binary: memoryview | None,
-    shm: Lease | None = None,
 ) -> DecodedInfer:
-    """`shm`: where inputs and outputs in shared memory are looked up (None: the extension is disabled); the
-    caller releases it once the answer is written, whether or not the request used any region."""
+    """Inputs and outputs in shared memory come out as `ShmWindow` refs, which the engine resolves."""
     try:
         doc = orjson.loads(header)
     except orjson.JSONDecodeError as e:
@@ -216,6 +212,7 @@ def decode_json_request(
     if not isinstance(raw_inputs, list):
         raise _parse_error("inputs", "the request must hold an 'inputs' array")
     offset = 0
+    shared_memory = False
     available = 0 if binary is None else len(binary)
     inputs: list[Tensor] = []
     for raw in raw_inputs:
@@ -242,11 +239,10 @@ def decode_json_request(
                 f"'shared_memory_region' in 'parameters'. {but}"
             )
         if sources[0] == "shared_memory_region":
-            region, shm_offset, shm_size = _shm_window(in_params, name, shm)
-            assert shm is not None
-            view = shm.input(region, shm_offset, shm_size)
-            data = array_from_raw(name, datatype, shape, view, model_name, request_id)
-        elif sources[0] == "data":
+            inputs.append(Tensor(name, datatype, shape, _UNREAD, shm=_shm_window(in_params, name)))
+            shared_memory = True
+            continue
+        if sources[0] == "data":
             data = _json_data(name, datatype, shape, raw["data"], model_name, request_id)
         else:
             size = in_params["binary_data_size"]
@@ -283,20 +279,20 @@ def decode_json_request(
         count = out_params.get("classification", 0)
         if not _is_unsigned(count):
             raise _parse_error("classification", f"expected an unsigned integer for output '{out_name}'")
+        window = None
         if "shared_memory_region" in out_params:
-            region, shm_offset, shm_size = _shm_window(out_params, out_name, shm)
+            window = _shm_window(out_params, out_name)
             if "classification" in out_params:
                 raise InvalidArgument("Output can't set both 'shared_memory_region' and 'classification'")
             if want_binary:
                 raise InvalidArgument("Output can't set both 'shared_memory_region' and 'binary_data'")
-            assert shm is not None
-            shm.output(out_name, region, shm_offset, shm_size)
-        outputs.append(RequestedOutput(out_name, want_binary, count))
-    request = request_from_wire(model_name, version, request_id, inputs, outputs, params)
-    return DecodedInfer(request, binary_all, shm)
+            shared_memory = True
+        outputs.append(RequestedOutput(out_name, want_binary, count, shm=window))
+    request = request_from_wire(model_name, version, request_id, inputs, outputs, params, shared_memory)
+    return DecodedInfer(request, binary_all)
 
 
-def decode_raw_request(model: LoadedModel, version: str, body: bytes) -> DecodedInfer:
+def decode_raw_request(model: ModelSignature, version: str, body: bytes) -> DecodedInfer:
     """`Inference-Header-Content-Length: 0`: the whole body is the one input of a one-input model.
 
     The shape is deduced from the config as Triton does (batch 1, the one variable dim from the body size),
@@ -341,7 +337,7 @@ def decode_raw_request(model: LoadedModel, version: str, body: bytes) -> Decoded
 
 
 def encode_response(
-    response: InferenceResponse, request: InferenceRequest, binary_all: bool, shm: Lease | None = None
+    response: InferenceResponse, request: InferenceRequest, binary_all: bool
 ) -> tuple[bytes, int | None]:
     """The response body, and the JSON header length when binary outputs follow it (else None).
 
@@ -354,8 +350,8 @@ def encode_response(
         choice = wanted.get(tensor.name)
         binary = binary_all if choice is None else choice
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
-        if shm is not None and shm.write(tensor.name, tensor.datatype, tensor.data):
-            pass
+        if tensor.shm is not None:
+            pass  # the engine wrote it into the region
         elif binary:
             blob = raw_bytes(tensor.datatype, tensor.data)
             entry["parameters"] = {"binary_data_size": len(blob)}

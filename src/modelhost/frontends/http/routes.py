@@ -7,13 +7,16 @@ import base64
 import binascii
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import cast
 from urllib.parse import unquote
 
 import orjson
 
+from modelhost.config import config_to_json
 from modelhost.cuda_runtime import IPC_HANDLE_SIZE
+from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, CallContext, EngineAPI, ModelSignature, ShmKind
 from modelhost.errors import (
     ErrorKind,
     InternalError,
@@ -39,14 +42,9 @@ from modelhost.frontends.http.infer_codec import (
 )
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.statuses import http_status
-from modelhost.model import LoadedModel
-from modelhost.server import Server
-from modelhost.shared_memory import CUDA, Lease
-from modelhost.types import InferenceRequest, InferenceResponse, Parameters
+from modelhost.types import InferenceResponse, Parameters
 
 log = logging.getLogger("modelhost.http")
-
-T = TypeVar("T")
 
 # Triton's routing expressions (http_server.cc).
 _HEALTH = re.compile(r"/v2(?:/health/(live|ready))?")
@@ -58,13 +56,6 @@ _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(lo
 LARGE_BODY = 1 << 20
 LARGE_OUTPUT_ELEMENTS = 1 << 18
 _SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
-
-
-def _release_when_decoded(decoding: asyncio.Future[DecodedInfer]) -> None:
-    if not decoding.cancelled() and decoding.exception() is None:
-        lease = decoding.result().lease
-        if lease is not None:
-            lease.release()
 
 
 def failure_response(method: str, path: str, e: ModelhostError) -> HttpResponse:
@@ -89,33 +80,35 @@ def compressed(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     return response
 
 
+def is_raw_request(headers: dict[str, str]) -> bool:
+    """A raw binary request (`Inference-Header-Content-Length: 0`): the model's signature describes its input."""
+    header_length = headers.get("inference-header-content-length")
+    return header_length is not None and header_length.strip().isdigit() and int(header_length) == 0
+
+
 def decode_infer(
-    headers: dict[str, str],
-    body: bytes,
-    name: str,
-    version: str,
-    lease: Lease | None,
-    model_of_raw_request: Callable[[], LoadedModel],
+    headers: dict[str, str], body: bytes, name: str, version: str, signature: ModelSignature | None
 ) -> DecodedInfer:
     """An inference request's (decompressed) body: JSON, JSON header + binary tensors, or a raw binary request
-    (one input, described by the model's config, which `model_of_raw_request` gives)."""
+    (one input, described by the model's `signature`, which the caller fetched when `is_raw_request`)."""
     header_length = headers.get("inference-header-content-length")
     if header_length is None:
-        return decode_json_request(name, version, body, None, lease)
+        return decode_json_request(name, version, body, None)
     if not header_length.strip().isdigit() or int(header_length) > len(body):
         raise InvalidArgument(
             f"inference header size should be in range (0, {len(body)}), got: {header_length}"
         )
     length = int(header_length)
     if length == 0:
-        return decode_raw_request(model_of_raw_request(), version, body)
+        assert signature is not None
+        return decode_raw_request(signature, version, body)
     view = memoryview(body)
-    return decode_json_request(name, version, view[:length], view[length:], lease)
+    return decode_json_request(name, version, view[:length], view[length:])
 
 
 def encode_infer(name: str, response: InferenceResponse, decoded: DecodedInfer) -> HttpResponse:
     try:
-        payload, json_length = encode_response(response, decoded.request, decoded.binary_all, decoded.lease)
+        payload, json_length = encode_response(response, decoded.request, decoded.binary_all)
     except ModelhostError:
         raise
     except Exception as e:
@@ -139,33 +132,6 @@ async def encode_infer_off_loop_if_large(
     return encode_infer(name, response, decoded)
 
 
-async def traced_infer(
-    server: Server,
-    request: InferenceRequest,
-    received_ns: int,
-    traceparent: str,
-    encode: Callable[[InferenceResponse], Awaitable[T]],
-) -> T:
-    """`request` through the core inside its trace when tracing samples it: the HTTP receive stamps, the
-    inference, then `encode` between the send stamps. The single-process route and the engine's end of the
-    frontend link both serve an HTTP inference request through it."""
-    trace = server.start_trace(request, traceparent)
-    if trace is not None:
-        trace.stamp("HTTP_RECV_START", received_ns)
-        trace.stamp("HTTP_RECV_END")
-    try:
-        response = await server.infer(request)
-        if trace is not None:
-            trace.stamp("HTTP_SEND_START")
-        encoded = await encode(response)
-        if trace is not None:
-            trace.stamp("HTTP_SEND_END")
-        return encoded
-    finally:
-        if trace is not None:
-            server.tracer.finish(trace)
-
-
 def _ok() -> HttpResponse:
     return HttpResponse(200, b"")
 
@@ -179,8 +145,8 @@ def _json(doc: object) -> HttpResponse:
 
 
 class HttpRoutes:
-    def __init__(self, server: Server, max_input_size: int) -> None:
-        self.server = server
+    def __init__(self, engine: EngineAPI, max_input_size: int) -> None:
+        self.engine = engine
         self.max_input_size = max_input_size
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
@@ -198,26 +164,27 @@ class HttpRoutes:
         if path.startswith("/v2/models/") and path != "/v2/models/stats" and (m := _MODEL.fullmatch(path)):
             return await self._model(request, unquote(m.group(1)), m.group(2) or "", m.group(3) or "")
         if path == "/v2/logging":
-            return self._logging(request)
+            return await self._logging(request)
         if path == "/v2/models/stats":
             if request.method != "GET":
                 return _method_not_allowed()
-            return self._statistics("", "")
+            return await self._statistics("", "")
         if m := _HEALTH.fullmatch(path):
             if request.method != "GET":
                 return _method_not_allowed()
             which = m.group(1)
             if which is None:
-                return _json(self.server.metadata())
-            ok = self.server.is_live() if which == "live" else self.server.is_ready()
+                return _json(await self.engine.server_metadata())
+            ok = await (self.engine.is_live() if which == "live" else self.engine.is_ready())
             return _ok() if ok else HttpResponse(400, b"")
         if m := _REPOSITORY.fullmatch(path):
             action = m.group(4) or "index"
             return await self._repository(request, m.group(1), action, unquote(m.group(3) or ""))
         if m := _SHARED_MEMORY.fullmatch(path):
-            return await self._shared_memory(request, m.group(1), unquote(m.group(2) or ""), m.group(3))
+            kind = cast(ShmKind, m.group(1))
+            return await self._shared_memory(request, kind, unquote(m.group(2) or ""), m.group(3))
         if path == "/v2/trace/setting":
-            return self._trace_settings(request)
+            return await self._trace_settings(request)
         return error_response(404, "Not Found")
 
     def _too_large(self, request: HttpRequest, decompressed: bool = False) -> InvalidArgument:
@@ -237,7 +204,7 @@ class HttpRoutes:
         )
 
     async def _model(self, request: HttpRequest, name: str, version: str, action: str) -> HttpResponse:
-        server = self.server
+        engine = self.engine
         if version and int(version) >= 2**63:
             # The route admits any digits; Triton parses them with std::stol.
             raise InvalidArgument(
@@ -253,38 +220,39 @@ class HttpRoutes:
         if request.method != "GET" and action not in ("trace/setting",):
             return _method_not_allowed()
         if action == "":
-            return _json(server.model_metadata(name, version))
+            return _json(await engine.model_metadata(name, version))
         if action == "ready":
-            ready = await server.model_ready_checked(name, version)
+            ready = await engine.model_ready(name, version)
             return _ok() if ready else error_response(400, "Model version not ready")
         if action == "config":
-            return _json(server.model_config_json(name, version))
+            return _json(config_to_json(await engine.model_config(name, version)))
         if action == "stats":
-            return self._statistics(name, version)
+            return await self._statistics(name, version)
         if version:
             raise InvalidArgument("trace settings are per model, not per model version")
-        return self._trace_settings(request, name)
+        return await self._trace_settings(request, name)
 
-    async def _shared_memory(self, request: HttpRequest, kind: str, region: str, action: str) -> HttpResponse:
+    async def _shared_memory(
+        self, request: HttpRequest, kind: ShmKind, region: str, action: str
+    ) -> HttpResponse:
         """The system_shared_memory and cuda_shared_memory extensions."""
         if request.method != ("GET" if action == "status" else "POST"):
             return _method_not_allowed()
-        registry = self.server.shared_memory
+        engine = self.engine
         if action == "status":
-            return _json(registry.status(region, kind))
+            return _json(await engine.shared_memory_status(kind, region))
         if action == "unregister":
-            registry.unregister(region, kind)
+            await engine.unregister_shared_memory(kind, region)
             return _ok()
-        registry.check_allowed()
+        await engine.check_shared_memory(SYSTEM_SHM)  # the extension is on
         if not region:
             raise InvalidArgument(f"'region name' is necessary to register {kind} shared memory region")
-        if kind == CUDA:
-            registry.cuda_ipc()  # without a GPU: 501 with the reason, whatever the body
+        if kind == CUDA_SHM:
+            await engine.check_shared_memory(kind)  # without a GPU: 501 with the reason, whatever the body
             handle, device_id, byte_size = _cuda_register_body(
                 self._json_object(request, "shared memory register request")
             )
-            # Off the loop: opening a handle maps memory, and the first one creates the CUDA context.
-            await asyncio.to_thread(registry.register_cuda, region, handle, device_id, byte_size)
+            await engine.register_cuda_shared_memory(region, handle, device_id, byte_size)
             return _ok()
         doc = self._json_object(request, "shared memory register request")
         key = doc.get("key")
@@ -294,23 +262,25 @@ class HttpRoutes:
             raise InvalidArgument("Unable to parse 'key': attempt to access JSON non-string as string")
         if doc.get("byte_size") is None:
             raise InvalidArgument("Shared memory register request has no 'byte_size' field")
-        registry.register(region, key, _unsigned(doc, "offset", 0), _unsigned(doc, "byte_size"))
+        await engine.register_system_shared_memory(
+            region, key, _unsigned(doc, "offset", 0), _unsigned(doc, "byte_size")
+        )
         return _ok()
 
-    def _trace_settings(self, request: HttpRequest, model: str = "") -> HttpResponse:
+    async def _trace_settings(self, request: HttpRequest, model: str = "") -> HttpResponse:
         """The trace extension: GET or POST /v2[/models/{m}]/trace/setting."""
         if request.method == "GET":
-            return _json(self.server.trace_settings(model))
+            return _json(await self.engine.trace_settings(model))
         if request.method != "POST":
             return _method_not_allowed()
-        return _json(self.server.trace_settings(model, self._json_object(request, "trace settings")))
+        return _json(await self.engine.trace_settings(model, self._json_object(request, "trace settings")))
 
-    def _logging(self, request: HttpRequest) -> HttpResponse:
+    async def _logging(self, request: HttpRequest) -> HttpResponse:
         if request.method == "GET":
-            return _json(self.server.logging_settings())
+            return _json(await self.engine.logging_settings())
         if request.method != "POST":
             return _method_not_allowed()
-        return _json(self.server.logging_settings(self._json_object(request, "logging settings")))
+        return _json(await self.engine.logging_settings(self._json_object(request, "logging settings")))
 
     async def generate(
         self,
@@ -325,20 +295,21 @@ class HttpRoutes:
         status is that of the model's first answer; a later error in a stream is an error event."""
         if request.method != "POST":
             return _method_not_allowed()
-        model = await self.server.model_for_request(name, version)
+        signature = await self.engine.model_signature(name, version)
         generate_request = decode_generate_request(
             self._body(request),
             name,
             version,
-            model.inputs,
-            model.max_batch_size,
+            signature.inputs,
+            signature.max_batch_size,
             max_input_size=self.max_input_size,
         )
         if parameters:
             generate_request.parameters.update(parameters)
         if stream:
-            model.check_request(generate_request)  # refused: a JSON error; what the model then fails: events
-        answers = _answers(self.server.infer_stream(generate_request))
+            # Refused: a JSON error; what the model then fails: events.
+            await self.engine.check_request(generate_request)
+        answers = _answers(self.engine.infer_stream(generate_request))
         if not stream:
             return await _one_answer(answers)
         try:
@@ -350,8 +321,8 @@ class HttpRoutes:
         status = http_status(first) if isinstance(first, ModelhostError) else 200
         return HttpResponse(status, content_type=SSE_CONTENT_TYPE, stream=_events(first, answers))
 
-    def _statistics(self, name: str, version: str) -> HttpResponse:
-        return _json({"model_stats": [s.to_json() for s in self.server.statistics(name, version)]})
+    async def _statistics(self, name: str, version: str) -> HttpResponse:
+        return _json({"model_stats": await self.engine.statistics(name, version)})
 
     async def _repository(
         self, request: HttpRequest, repo: str | None, action: str, name: str
@@ -365,14 +336,14 @@ class HttpRoutes:
             ready = doc.get("ready", False)
             if not isinstance(ready, bool):
                 raise InvalidArgument("'ready' must be a boolean")
-            return _json(self.server.repository_index(ready))
+            return _json(await self.engine.repository_index(ready))
         parameters = doc.get("parameters", {})
         if not isinstance(parameters, dict):
             raise InvalidArgument("'parameters' must be a JSON object")
         if action == "load":
-            await self.server.load_model(name, parameters, files_base64=True)
+            await self.engine.load_model(name, parameters, files_base64=True)
         else:
-            await self.server.unload_model(name, parameters)
+            await self.engine.unload_model(name, parameters)
         return _ok()
 
     def _json_object(self, request: HttpRequest, what: str) -> dict[str, object]:
@@ -397,23 +368,10 @@ class HttpRoutes:
                 raise self._too_large(request, decompressed=True) from e
         return request.body
 
-    def _decode(self, request: HttpRequest, name: str, version: str) -> DecodedInfer:
-        lease = self.server.shared_memory.lease()
-        try:
-            return self._decode_with(request, name, version, lease)
-        except BaseException:
-            lease.release()
-            raise
-
-    def _decode_with(self, request: HttpRequest, name: str, version: str, lease: Lease) -> DecodedInfer:
-        return decode_infer(
-            request.headers,
-            self._body(request),
-            name,
-            version,
-            lease,
-            lambda: self.server.registry.get(name, version),
-        )
+    def _decode(
+        self, request: HttpRequest, name: str, version: str, signature: ModelSignature | None
+    ) -> DecodedInfer:
+        return decode_infer(request.headers, self._body(request), name, version, signature)
 
     @staticmethod
     async def _encoded(
@@ -425,31 +383,27 @@ class HttpRoutes:
         self, request: HttpRequest, name: str, version: str, parameters: Parameters | None = None
     ) -> HttpResponse:
         """An inference request (/infer, and SageMaker's /invocations); `parameters` are added to the request's."""
+        signature = (
+            await self.engine.model_signature(name, version) if is_raw_request(request.headers) else None
+        )
         # Large bodies are decoded and encoded on a worker thread: parsing 64 MiB of JSON or millions of BYTES
         # elements takes seconds, and the event loop must keep serving everyone else meanwhile.
         if len(request.body) > LARGE_BODY:
-            decoding = asyncio.ensure_future(asyncio.to_thread(self._decode, request, name, version))
-            try:
-                decoded = await asyncio.shield(decoding)
-            except asyncio.CancelledError:
-                # The caller went away while a thread decodes: what it decodes holds shared-memory regions.
-                decoding.add_done_callback(_release_when_decoded)
-                raise
+            decoded = await asyncio.to_thread(self._decode, request, name, version, signature)
         else:
-            decoded = self._decode(request, name, version)
+            decoded = self._decode(request, name, version, signature)
         if parameters:
             decoded.request.parameters.update(parameters)
+        core = decoded.request
+        context = CallContext("HTTP", request.received_ns, request.headers.get("traceparent", ""))
+        response = await self.engine.infer(core, context)  # a decoupled model: Triton's HTTP refusal
+        if core.trace is None:
+            return await self._encoded(request, name, response, decoded)
+        send_started = time.monotonic_ns()
         try:
-            return await traced_infer(
-                self.server,  # a decoupled model: Triton's HTTP refusal
-                decoded.request,
-                request.received_ns,
-                request.headers.get("traceparent", ""),
-                lambda response: self._encoded(request, name, response, decoded),
-            )
+            return await self._encoded(request, name, response, decoded)
         finally:
-            if decoded.lease is not None:
-                decoded.lease.release()
+            self.engine.sent(core, send_started)
 
 
 async def _answers(

@@ -17,12 +17,12 @@ from urllib.parse import unquote
 
 import orjson
 
-from modelhost.errors import AlreadyExists, ErrorKind, InvalidArgument, ModelhostError, NotFound, Unavailable
+from modelhost.engine_api import EngineAPI
+from modelhost.errors import Conflict, InvalidArgument, ModelhostError, NotFound, Unavailable
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.routes import HttpRoutes, failure_response
 from modelhost.frontends.sagemaker.model_urls import locate_model
 from modelhost.frontends.sagemaker.settings import SageMakerSettings
-from modelhost.server import Server
 from modelhost.types import Parameters
 
 log = logging.getLogger("modelhost.sagemaker")
@@ -36,12 +36,6 @@ _MODELS = re.compile(r"/models(?:/([^/]+))?(/invoke)?")
 _INT32_MAX = 2**31 - 1
 
 
-class Conflict(AlreadyExists):
-    """A second load of a model name (409, as SageMaker's multi-model contract asks)."""
-
-    kind = ErrorKind.CONFLICT
-
-
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     """A model loaded through POST /models: its Triton name, what GET /models shows, and the names it was
@@ -53,8 +47,8 @@ class _Loaded:
 
 
 class SageMakerRoutes:
-    def __init__(self, server: Server, http: HttpRoutes, settings: SageMakerSettings) -> None:
-        self.server = server
+    def __init__(self, engine: EngineAPI, http: HttpRoutes, settings: SageMakerSettings) -> None:
+        self.engine = engine
         self.http = http
         self.settings = settings
         # By the `model_name` of the load request (SageMaker's key), as Triton keeps them.
@@ -77,7 +71,7 @@ class SageMakerRoutes:
         if path == "/ping":
             if request.method != "GET":
                 return _method_not_allowed()
-            return self._ping()
+            return await self._ping()
         if path == "/invocations":
             if request.method != "POST":
                 return _method_not_allowed()
@@ -100,12 +94,13 @@ class SageMakerRoutes:
 
     # -- health and inference ----------------------------------------------------------------------------------
 
-    def _ping(self) -> HttpResponse:
-        ok = self.server.is_live() if self.settings.ping_mode == "live" else self.server.is_ready()
+    async def _ping(self) -> HttpResponse:
+        live = await self.engine.is_live()
+        ok = live if self.settings.ping_mode == "live" else await self.engine.is_ready()
         if ok:
             return HttpResponse(200, b"")
         # Triton answers 400; a server that is not (yet) ready is unavailable, which SageMaker treats the same.
-        return error_response(503, "Server is not ready" if self.server.is_live() else "Server is not live")
+        return error_response(503, "Server is not ready" if live else "Server is not live")
 
     async def _infer(self, request: HttpRequest, name: str, inference_type: str) -> HttpResponse:
         sagemaker_request = _as_kserve(request)
@@ -125,12 +120,9 @@ class SageMakerRoutes:
         if loaded is None:
             raise NotFound(f"model '{name}' is not loaded: load it with POST /models first")
         target = request.headers.get(TARGET_MODEL) or loaded.target
-        try:
-            self.server.registry.get(target)
-        except (NotFound, Unavailable):
-            # A model unloaded to keep within --model-memory-budget (or for idleness) is still loaded as far as
-            # SageMaker knows: it comes back on its next request.
-            await self.server.registry.load_on_demand(target, "")
+        # A model unloaded to keep within --model-memory-budget (or for idleness) is still loaded as far as
+        # SageMaker knows: it comes back on its next request.
+        await self.engine.reload_if_evicted(target)
         return await self._infer(request, target, "infer")
 
     # -- the multi-model API -----------------------------------------------------------------------------------
@@ -156,29 +148,17 @@ class SageMakerRoutes:
                 "the load request names no model: give 'model_name' in the body or the "
                 "X-Amzn-SageMaker-Target-Model header"
             )
-        registry = self.server.registry
-        if model_name in self.loaded or target in registry.registered:
+        if model_name in self.loaded:
             raise Conflict(f"failed to register '{target}', there is a conflicting mapping for '{target}'")
         location = locate_model(doc.get("url"), self.settings.model_root)
-        names = {target: location.model_dir, **location.companions}
-        scanned = registry.scan()  # the repositories' models, and those registered by earlier loads
-        # The target's mapping takes precedence over a repository model of that name, as in Triton (which then
-        # loads it from the url); its ensemble's other models must not clash with any model of that name.
-        in_use = [
-            n
-            for n in location.companions
-            if n in scanned or ((e := registry.models.get(n)) is not None and e.serving())
-        ]
-        if in_use:
-            what = ", ".join(f"'{n}'" for n in in_use)
-            raise Conflict(f"failed to register {what}: a model of that name is already registered or loaded")
+        names = {target: str(location.model_dir), **{n: str(d) for n, d in location.companions.items()}}
+        # The target first: its mapping takes precedence over a repository model of that name.
+        await self.engine.register_models(names)
         log.info("Loading SageMaker TargetModel: %s", target)
-        registry.registered.update(names)
         try:
-            await self.server.load_model(target, {}, files_base64=True)
+            await self.engine.load_model(target, {}, files_base64=True)
         except ModelhostError as e:
-            for registered in names:
-                registry.registered.pop(registered, None)
+            await self.engine.forget_models(list(names))
             await self._unload_quietly(target)
             raise _load_failure(e) from e
         self.loaded[model_name or target] = _Loaded(target, location.model_url, tuple(names))
@@ -189,20 +169,20 @@ class SageMakerRoutes:
         if loaded is None:
             raise NotFound(f"model '{name}' is not loaded")
         target = request.headers.get(TARGET_MODEL) or loaded.target
-        registry = self.server.registry
-        await self.server.unload_model(target, {"unload_dependents": True})
+        await self.engine.unload_model(target, {"unload_dependents": True})
         for companion in loaded.registered:
-            if companion != target and companion in registry.models:
+            if companion != target:
                 await self._unload_quietly(companion)
-        await registry.settled()  # every version closed: its memory is back before SageMaker loads the next
-        for registered in loaded.registered:
-            registry.registered.pop(registered, None)
+        await (
+            self.engine.settled()
+        )  # every version closed: its memory is back before SageMaker loads the next
+        await self.engine.forget_models(list(loaded.registered))
         del self.loaded[name]
         return HttpResponse(200, b"")
 
     async def _unload_quietly(self, name: str) -> None:
         try:
-            await self.server.registry.unload(name)
+            await self.engine.unload_model(name, {})
         except ModelhostError as e:
             log.warning("failed to unload '%s' after its load failed: %s", name, e)
 
