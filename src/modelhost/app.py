@@ -188,7 +188,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         )
 
     try:
-        if options.allow_http and options.frontend_processes > 0:
+        if options.frontend_processes > 0 and (options.allow_http or options.allow_grpc):
             frontends = Frontends(options, server)
             await frontends.start()
         elif options.allow_http:
@@ -198,7 +198,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
-        if options.allow_grpc:
+        if options.allow_grpc and frontends is None:
             grpc_server = GrpcServer(server)
             grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port)
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
@@ -306,12 +306,12 @@ async def _stop(
     # Triton's account of what it waits for, once a second while it does, and once when done.
     watch = asyncio.create_task(_log_in_flight_every_second(server, deadline))
     try:
+        drained = await server.drain(timeout)
         if frontends is not None:
-            # The frontends stop accepting and wait for their requests, which the engine serves meanwhile.
-            drained, frontends_done = await asyncio.gather(server.drain(timeout), frontends.stop(timeout))
+            # Then the frontends, which served meanwhile (the engine answering new requests UNAVAILABLE), stop
+            # accepting and send the answers they still have.
+            frontends_done = await frontends.stop(max(1.0, deadline - time.monotonic()))
             drained = drained and frontends_done
-        else:
-            drained = await server.drain(timeout)
     finally:
         watch.cancel()
     _log_in_flight(server, deadline)

@@ -17,9 +17,10 @@ request the engine traced (`request.trace` is then set), reports when it sent th
 
 from __future__ import annotations
 
+import typing
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal
 
 from modelhost.io_specs import TensorSpec
 from modelhost.types import InferenceRequest, InferenceResponse
@@ -27,6 +28,7 @@ from modelhost.types import InferenceRequest, InferenceResponse
 SYSTEM_SHM: Final = "system"
 CUDA_SHM: Final = "cuda"
 ShmKind = Literal["system", "cuda"]
+WireProtocol = Literal["HTTP", "GRPC"]
 
 # The trace activities a frontend's receive and send windows are recorded under, by protocol (Triton's names).
 RECEIVE_ACTIVITIES = {
@@ -40,7 +42,7 @@ SEND_ACTIVITIES = {"HTTP": ("HTTP_SEND_START", "HTTP_SEND_END"), "GRPC": ("GRPC_
 class CallContext:
     """How a frontend received a request: what its trace records of the frontend, when tracing samples it."""
 
-    protocol: Literal["HTTP", "GRPC"]
+    protocol: WireProtocol
     received_ns: int  # CLOCK_MONOTONIC: the same clock in every process
     # The W3C traceparent header, or what reads it (gRPC reads its metadata only for a sampled request).
     traceparent: str | Callable[[], str] = ""
@@ -61,7 +63,7 @@ class ModelSignature:
     decoupled: bool
 
 
-class EngineAPI(Protocol):
+class EngineAPI(typing.Protocol):
     """Everything a frontend asks of the engine. Failures raise `modelhost.errors.ModelhostError`."""
 
     # -- health and metadata -----------------------------------------------------------------------------------

@@ -139,6 +139,26 @@ class UnknownError(ModelhostError):
     failure_reason = "BACKEND"
 
 
+def _classes(base: type[ModelhostError]) -> list[type[ModelhostError]]:
+    found = [base]
+    for sub in base.__subclasses__():
+        found += _classes(sub)
+    return found
+
+
+def error_from(kind: str, name: str, message: str) -> ModelhostError:
+    """An error received from another process: of its own class where it is one of this tree's (found when
+    called, so that subclasses defined elsewhere count), else of the tree's class for its kind."""
+    for cls in _classes(ModelhostError):
+        if cls.__name__ == name and cls.kind == kind:
+            try:
+                return cls(message)
+            except TypeError:  # a subclass whose constructor takes other arguments
+                break
+    cls = _BY_KIND.get(kind, ModelhostError)
+    return cls(message)
+
+
 def request_failure_level(e: ModelhostError) -> int:
     """The level a failed request is logged at, the same for every endpoint and feature: ERROR only for a fault
     of the server itself (500); INFO for what the client asked wrongly or what this server does not offer or
@@ -146,6 +166,20 @@ def request_failure_level(e: ModelhostError) -> int:
     must not fill the error log."""
     return logging.ERROR if e.kind is ErrorKind.INTERNAL else logging.INFO
 
+
+_BY_KIND: dict[str, type[ModelhostError]] = {
+    ErrorKind.INVALID_ARGUMENT: InvalidArgument,
+    ErrorKind.NOT_FOUND: NotFound,
+    ErrorKind.UNAVAILABLE: Unavailable,
+    ErrorKind.UNSUPPORTED: Unsupported,
+    ErrorKind.ALREADY_EXISTS: AlreadyExists,
+    ErrorKind.CONFLICT: Conflict,
+    ErrorKind.CANCELLED: Cancelled,
+    ErrorKind.OUT_OF_MEMORY: OutOfMemory,
+    ErrorKind.UNSUPPORTED_MEDIA_TYPE: UnsupportedMediaType,
+    ErrorKind.INTERNAL: InternalError,
+    ErrorKind.UNKNOWN: UnknownError,
+}
 
 __all__ = [
     "AlreadyExists",
@@ -164,5 +198,6 @@ __all__ = [
     "UnknownError",
     "Unsupported",
     "UnsupportedMediaType",
+    "error_from",
     "request_failure_level",
 ]

@@ -34,8 +34,9 @@ class LogSettings:
             "log_format": o.log_format,
         }
 
-    def update(self, changes: dict[str, Any]) -> dict[str, Any]:
-        """Apply `changes` (all or nothing) and return the settings in force; InvalidArgument if any is wrong."""
+    def update(self, changes: dict[str, Any], *, announce: bool = True) -> dict[str, Any]:
+        """Apply `changes` (all or nothing) and return the settings in force; InvalidArgument if any is wrong.
+        `announce`: log the change (a frontend process applying the engine's change does not say it again)."""
         updates: dict[str, Any] = {}
         for key, value in changes.items():
             if key == "log_file":
@@ -59,5 +60,8 @@ class LogSettings:
         if updates:
             self.options = dataclasses.replace(self.options, **updates)
             configure_logging(self.options)
-            log.info("log settings updated: %s", ", ".join(f"{k}={v}" for k, v in sorted(updates.items())))
+            if announce:
+                log.info(
+                    "log settings updated: %s", ", ".join(f"{k}={v}" for k, v in sorted(updates.items()))
+                )
         return self.get()

@@ -19,7 +19,6 @@ import time
 
 import msgspec
 
-from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.process import FrontendConfig
 from modelhost.options import ServerOptions
 from modelhost.server import Server
@@ -57,7 +56,9 @@ def reserve_port(host: str, port: int) -> socket.socket:
 
 
 class FrontendSupervisor:
-    def __init__(self, options: ServerOptions, count: int, engine_address: str, http_port: int) -> None:
+    def __init__(
+        self, options: ServerOptions, count: int, engine_address: str, http_port: int, grpc_port: int
+    ) -> None:
         self.count = count
         self._base = FrontendConfig(
             index=0,
@@ -66,6 +67,8 @@ class FrontendSupervisor:
             http_address=options.http_address,
             http_port=http_port,
             http_max_input_size=options.http_max_input_size,
+            grpc_address=options.grpc_address,
+            grpc_port=grpc_port,
             buffer_limit=options.frontend_buffer_byte_size,
             exit_timeout_secs=options.exit_timeout_secs,
             log_verbose=options.log_verbose,
@@ -178,37 +181,51 @@ class FrontendSupervisor:
 
 
 class Frontends:
-    """HTTP served by frontend processes: the engine's end of the link, the reserved port and the supervisor."""
+    """HTTP and gRPC served by frontend processes: the engine's end of the link, the reserved ports and the
+    supervisor. (SageMaker's port and the metrics port stay with the engine.)"""
 
     def __init__(self, options: ServerOptions, server: Server) -> None:
         self.options = options
-        self.service = EngineService(server, HttpRoutes(server, options.http_max_input_size), self._hello)
+        self.service = EngineService(server, self._hello)
         self.supervisor: FrontendSupervisor | None = None
-        self._port: socket.socket | None = None
+        self._ports: list[socket.socket] = []
 
     def _hello(self, hello: Hello) -> None:
         if self.supervisor is not None:
             self.supervisor.hello(hello)
 
+    def _reserve(self, host: str, port: int) -> int:
+        sock = reserve_port(host, port)
+        self._ports.append(sock)
+        return int(sock.getsockname()[1])
+
     async def start(self) -> None:
         options = self.options
-        self._port = reserve_port(options.http_address, options.http_port)
-        port = int(self._port.getsockname()[1])
+        http_port = self._reserve(options.http_address, options.http_port) if options.allow_http else 0
+        grpc_port = self._reserve(options.grpc_address, options.grpc_port) if options.allow_grpc else 0
         await self.service.start()
-        self.supervisor = FrontendSupervisor(options, options.frontend_processes, self.service.address, port)
-        await self.supervisor.start()
-        log.info(
-            "Started HTTPService at %s:%d (%d frontend processes)",
-            options.http_address,
-            port,
-            options.frontend_processes,
+        self.supervisor = FrontendSupervisor(
+            options, options.frontend_processes, self.service.address, http_port, grpc_port
         )
+        await self.supervisor.start()
+        n = options.frontend_processes
+        if http_port:
+            log.info(
+                "Started HTTPService at %s:%d (%d frontend processes)", options.http_address, http_port, n
+            )
+        if grpc_port:
+            log.info(
+                "Started GRPCInferenceService at %s:%d (%d frontend processes)",
+                options.grpc_address,
+                grpc_port,
+                n,
+            )
 
     async def stop(self, timeout: float) -> bool:
         stopped = True if self.supervisor is None else await self.supervisor.stop(timeout)
         self.service.close()
-        if self._port is not None:
-            self._port.close()
+        for sock in self._ports:
+            sock.close()
         return stopped
 
 

@@ -32,9 +32,8 @@ def collect_clients_here() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A module marked `engine_served` tests what the engine serves alike in every --frontend-processes mode (gRPC
-    is served by the engine process even with frontends): its run in another mode than 0 would repeat mode 0's,
-    so only mode 0's is kept."""
+    """A module marked `engine_served` tests what the engine does alike in every --frontend-processes mode: its run
+    in another mode than 0 would repeat mode 0's, so only mode 0's is kept."""
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:

@@ -22,7 +22,6 @@ from tritonclient.utils import InferenceServerException
 from e2e.server_process import RunningServer
 
 # Served by the engine in every --frontend-processes mode: run in mode 0 alone (tests/e2e/conftest.py).
-pytestmark = pytest.mark.engine_served
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from e2e.clients import poll
@@ -13,7 +12,6 @@ from e2e.models import add_identity, write_config
 from e2e.server_process import running_server, start_server
 
 # Served by the engine in every --frontend-processes mode: run in mode 0 alone (tests/e2e/conftest.py).
-pytestmark = pytest.mark.engine_served
 
 
 def _check(url: str, service: str = "") -> int:

@@ -27,7 +27,6 @@ from e2e.server_process import RunningServer, running_server, start_server
 from frontends.grpc.peer import request_headers
 
 # Served by the engine in every --frontend-processes mode: run in mode 0 alone (tests/e2e/conftest.py).
-pytestmark = pytest.mark.engine_served
 
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
 

@@ -9,7 +9,16 @@ import msgspec
 import pytest
 
 from modelhost.transport.framing import FramedProtocol
-from modelhost.transport.messages import FrontendMessage, Hello, HttpCall, InferCall, WireOutput, WireTensor
+from modelhost.transport.messages import (
+    UNARY,
+    ApiCall,
+    FrontendMessage,
+    Hello,
+    InferCall,
+    WireOutput,
+    WireTensor,
+    WireWindow,
+)
 
 
 class FakeTransport:
@@ -40,8 +49,8 @@ class Collecting(FramedProtocol[FrontendMessage]):
 
 def infer_call(call: int, payload: bytes) -> InferCall:
     return InferCall(
-        call, "/v2/models/m/infer", "m", "", "id", [WireTensor("X", "UINT8", [len(payload)], memoryview(payload))],
-        [WireOutput("Y")], {"sequence_id": 2**64 - 1}, 0, 0, 1, ""
+        call, UNARY, "m", "", "id", [WireTensor("X", "UINT8", [len(payload)], memoryview(payload))],
+        [WireOutput("Y", shm=WireWindow("r", 8, 16))], {"sequence_id": 2**64 - 1}, 0, 0, True, "HTTP", 1, ""
     )  # fmt: skip
 
 
@@ -65,6 +74,7 @@ def test_frames_queued_in_one_loop_turn_leave_in_one_write() -> None:
     assert isinstance(first, InferCall)
     assert bytes(first.inputs[0].data) == b"abc"
     assert first.parameters == {"sequence_id": 2**64 - 1}
+    assert first.outputs[0].shm == WireWindow("r", 8, 16)
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 1000])
@@ -95,13 +105,15 @@ def test_an_undecodable_frame_closes_the_link() -> None:
     assert receiver.messages == []
 
 
-def test_a_forwarded_http_call_keeps_its_body_and_headers() -> None:
-    call = HttpCall(
-        7, "POST", "/v2/repository/index", "a=1", {"content-type": "x"}, memoryview(b"{}"), False, 5
-    )
+def test_an_engine_call_keeps_its_arguments() -> None:
+    call = ApiCall(7, "load_model", ["m", {"config": "{}"}], {"files_base64": True})
     receiver = Collecting()
     receiver.data_received(asyncio.run(sent_bytes(call)))
     (message,) = receiver.messages
-    assert isinstance(message, HttpCall)
-    assert (message.call, message.method, message.query, bytes(message.body)) == (7, "POST", "a=1", b"{}")
-    assert message.headers == {"content-type": "x"}
+    assert isinstance(message, ApiCall)
+    assert (message.call, message.method, message.args, message.kwargs) == (
+        7,
+        "load_model",
+        ["m", {"config": "{}"}],
+        {"files_base64": True},
+    )

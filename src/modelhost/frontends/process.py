@@ -1,4 +1,4 @@
-"""A frontend process (--frontend-processes=N): HTTP on the shared port, the engine over the transport.
+"""A frontend process (--frontend-processes=N): HTTP and gRPC on the shared ports, the engine over the transport.
 
 Started by `modelhost.supervisor` as `python -m modelhost.frontends.process CONFIG_JSON`. It owns sockets and wire
 work and no model state: it dies with the engine (PR_SET_PDEATHSIG, and the link closing), and on SIGTERM it
@@ -18,8 +18,11 @@ import sys
 
 import msgspec
 
-from modelhost.frontends.http.forwarding import ForwardingRoutes
-from modelhost.frontends.http.protocol import start_http_server
+from modelhost.frontends.grpc.server import GrpcServer
+from modelhost.frontends.http.buffer import BufferLimit
+from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
+from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.log_settings import LogSettings
 from modelhost.logs import configure_logging
 from modelhost.options import ServerOptions
 from modelhost.transport.frontend_side import connect
@@ -35,9 +38,13 @@ class FrontendConfig(msgspec.Struct):
     index: int
     engine_address: str
     parent_pid: int
+    # The HTTP port to serve (0: HTTP is off).
     http_address: str
     http_port: int
     http_max_input_size: int
+    # The gRPC port to serve too (0: gRPC is off).
+    grpc_address: str
+    grpc_port: int
     buffer_limit: int
     exit_timeout_secs: int
     log_verbose: int
@@ -46,6 +53,17 @@ class FrontendConfig(msgspec.Struct):
     log_error: bool
     log_format: str
     log_file: str | None
+
+    def options(self) -> ServerOptions:
+        """The log options this process starts with."""
+        return ServerOptions(
+            log_verbose=self.log_verbose,
+            log_info=self.log_info,
+            log_warning=self.log_warning,
+            log_error=self.log_error,
+            log_format=self.log_format,
+            log_file=self.log_file,
+        )
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -71,44 +89,50 @@ async def serve(config: FrontendConfig) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    engine = await connect(config.engine_address, engine_lost)
-    routes = ForwardingRoutes(engine, config.buffer_limit)
+    # The logging extension's changes, made through any frontend, reach every process: the engine tells each.
+    log_settings = LogSettings(config.options())
+    engine = await connect(
+        config.engine_address, engine_lost, lambda changes: log_settings.update(changes, announce=False)
+    )
+    routes = BufferLimit(HttpRoutes(engine, config.http_max_input_size), engine, config.buffer_limit)
+    http_server: asyncio.Server | None = None
+    connections: set[HttpProtocol] = set()
+    grpc_server: GrpcServer | None = None
     try:
-        http_server, connections = await start_http_server(
-            routes, config.http_address, config.http_port, config.http_max_input_size, reuse_port=True
-        )
+        if config.http_port:
+            http_server, connections = await start_http_server(
+                routes, config.http_address, config.http_port, config.http_max_input_size, reuse_port=True
+            )
+        if config.grpc_port:
+            grpc_server = GrpcServer(engine)
+            await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True)
     except OSError as e:
-        log.error("frontend %d: failed to start the HTTP server: %s", config.index, e)
+        log.error("frontend %d: failed to start serving: %s", config.index, e)
         return 1
     engine.hello(config.index, os.getpid())
     # Everything allocated so far lives as long as the process: keep it out of every collection.
     gc.freeze()
     await stop.wait()
+    engine.cancels = False
     if code == 0:
         # The port stays open while this frontend's requests finish (Triton's behaviour): the engine, which has
         # stopped accepting before it signals the frontends, answers new inference requests UNAVAILABLE.
         deadline = loop.time() + config.exit_timeout_secs
         while engine.in_flight and loop.time() < deadline:
             await asyncio.sleep(0.01)
-    http_server.close()
+    if http_server is not None:
+        http_server.close()
     for connection in list(connections):
         connection.close_if_idle()
+    if grpc_server is not None:
+        await grpc_server.stop(grace=1.0 if code == 0 else 0)
     return code
 
 
 def main(argv: list[str]) -> int:
     config = msgspec.json.decode(argv[0], type=FrontendConfig)
     _die_with_parent(config.parent_pid)
-    configure_logging(
-        ServerOptions(
-            log_verbose=config.log_verbose,
-            log_info=config.log_info,
-            log_warning=config.log_warning,
-            log_error=config.log_error,
-            log_format=config.log_format,
-            log_file=config.log_file,
-        )
-    )
+    configure_logging(config.options())
     try:
         import uvloop
 

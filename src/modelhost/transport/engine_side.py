@@ -1,8 +1,8 @@
-"""The engine's end of the link: serves the calls of the frontend processes against the in-process core.
+"""The engine's end of the link: serves the `EngineAPI` calls of the frontend processes against the engine.
 
-An `InferCall` becomes an `InferenceRequest` over the frame's bytes and goes to `Server.infer`, exactly as the
-single-process HTTP route would send it; an `HttpCall` goes through the engine's own `HttpRoutes`, so every other
-endpoint answers exactly as before. Failures are logged and counted here, once, whichever frontend received them.
+Each call runs as its own task and is answered when it completes; a `Cancel` cancels it (a client that went away,
+a stream closed early). An `InferCall` becomes an `InferenceRequest` over the frame's bytes; an `ApiCall` names
+one of the `EngineAPI` methods in `API_METHODS`. Nothing here knows HTTP or gRPC: the frontends speak them.
 """
 
 from __future__ import annotations
@@ -13,127 +13,194 @@ import os
 import socket
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
-from modelhost.engine_api import CallContext
+from modelhost.engine_api import RECEIVE_ACTIVITIES, CallContext, WireProtocol
 from modelhost.errors import ModelhostError
-from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.routes import HttpRoutes, failure_response
 from modelhost.server import Server
 from modelhost.transport.framing import FramedProtocol
 from modelhost.transport.messages import (
+    CHECK,
+    STREAM,
+    ApiCall,
+    ApiReply,
+    Cancel,
+    ErrorReply,
     FrontendMessage,
     Hello,
-    HttpCall,
-    HttpReply,
     InferCall,
     InferReply,
+    LogSettingsChanged,
     Refused,
+    StreamEnd,
 )
-from modelhost.transport.tensors import from_wire, to_wire
-from modelhost.types import InferenceRequest, InferenceResponse, RequestedOutput
+from modelhost.transport.tensors import reply_of, request_of
+from modelhost.types import InferenceRequest
 
 log = logging.getLogger("modelhost.transport")
-http_log = logging.getLogger("modelhost.http")
+
+# The EngineAPI methods an ApiCall may name (inference has its own message).
+API_METHODS = frozenset(
+    {
+        "is_live",
+        "is_ready",
+        "server_metadata",
+        "model_ready",
+        "model_metadata",
+        "model_config",
+        "model_signature",
+        "statistics",
+        "logging_settings",
+        "trace_settings",
+        "repository_index",
+        "load_model",
+        "unload_model",
+        "reload_if_evicted",
+        "register_models",
+        "forget_models",
+        "settled",
+        "check_shared_memory",
+        "shared_memory_status",
+        "register_system_shared_memory",
+        "register_cuda_shared_memory",
+        "unregister_shared_memory",
+    }
+)
 
 
-def _reply_of(call: int, response: InferenceResponse) -> InferReply:
-    return InferReply(
-        call,
-        response.model_name,
-        response.model_version,
-        response.id,
-        [to_wire(t) for t in response.outputs],
-        response.parameters,
-    )
+def _error_reply(call: int, e: ModelhostError) -> ErrorReply:
+    return ErrorReply(call, str(e.kind), type(e).__name__, e.message)
 
 
-def _http_reply(call: int, response: HttpResponse) -> HttpReply:
-    return HttpReply(
-        call, response.status, memoryview(response.body), response.content_type, response.headers
-    )
+def _plain(method: str, value: Any) -> Any:
+    """A method's result as msgpack carries it: the configuration as its serialized protobuf message, a model's
+    signature as lists."""
+    if method == "model_config":
+        return value.SerializeToString()
+    if method == "model_signature":
+        inputs = [[s.name, s.datatype, list(s.dims), s.optional] for s in value.inputs.values()]
+        return [value.name, value.version, inputs, value.max_batch_size, value.decoupled]
+    return value
 
 
 class EngineConnection(FramedProtocol[FrontendMessage]):
-    """One frontend process's connection: each call runs as its own task and is answered when it completes."""
+    """One frontend process's connection."""
 
     def __init__(self, service: EngineService) -> None:
         super().__init__(msgspec.msgpack.Decoder(FrontendMessage))
         self.service = service
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.calls: dict[int, asyncio.Task[None]] = {}
+        self.streams: set[int] = set()
 
     def received(self, message: FrontendMessage) -> None:
         if isinstance(message, Hello):
             self.service.hello(message)
             return
         if isinstance(message, Refused):
-            self.service.refused(message)
+            self.service.server.refused(message.model, message.version)
             return
-        loop = asyncio.get_running_loop()
-        coroutine = self._infer(message) if isinstance(message, InferCall) else self._http(message)
+        if isinstance(message, Cancel):
+            task = self.calls.get(message.call)
+            if task is not None:
+                task.cancel()
+            return
+        coroutine = self._infer(message) if isinstance(message, InferCall) else self._api(message)
         if not self.service.opened.is_set():
             coroutine = self.service.when_open(coroutine)
-        task = loop.create_task(coroutine)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task = asyncio.get_running_loop().create_task(coroutine)
+        call = message.call
+        self.calls[call] = task
+        if isinstance(message, InferCall) and message.mode == STREAM:
+            self.streams.add(call)
+        task.add_done_callback(lambda _: self._done(call))
+
+    def _done(self, call: int) -> None:
+        self.calls.pop(call, None)
+        self.streams.discard(call)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        # The frontend died or stopped: its requests already queued here run on (their answers are dropped), as
-        # the requests of a client that went away do in the single-process server.
+        # The frontend died or stopped: its streams are cancelled (nobody reads them); its other requests run on
+        # and their answers are dropped, as the requests of a client that went away do in the single-process
+        # server.
         self.transport = None
         self.service.connections.discard(self)
+        for call in list(self.streams):
+            self.calls[call].cancel()
 
-    async def _http(self, call: HttpCall) -> None:
-        request = HttpRequest(
-            call.method,
-            call.path,
-            call.query,
-            call.headers,
-            bytes(call.body),
-            call.too_large,
-            call.received_ns,
-        )
+    async def _api(self, call: ApiCall) -> None:
+        if call.method not in API_METHODS:
+            log.error("a frontend called an unknown engine method %r", call.method)
+            self._answer(
+                ErrorReply(call.call, "INTERNAL", "InternalError", f"no engine method {call.method!r}")
+            )
+            return
+        server = self.service.server
         try:
-            response = await self.service.routes(request)
-            if response.stream is not None:
-                # The link carries one reply per call: a streamed answer (generate_stream) reaches a client of a
-                # frontend process whole, once the model has finished (docs/frontend-processes.md).
-                response.body = b"".join([piece async for piece in response.stream])
-                response.stream = None
-        except Exception:  # as the HTTP protocol does: a bug in a handler answers 500 and nothing else fails
-            log.exception("unhandled error serving %s %s", call.method, call.path)
-            response = error_response(500, "internal server error")
-        self._answer(_http_reply(call.call, response))
+            value = await getattr(server, call.method)(*call.args, **call.kwargs)
+        except ModelhostError as e:
+            self._answer(_error_reply(call.call, e))
+            return
+        except Exception:
+            log.exception("unhandled error serving the engine call %s", call.method)
+            self._answer(ErrorReply(call.call, "INTERNAL", "InternalError", "internal server error"))
+            return
+        if call.method == "logging_settings":
+            changes = call.args[0] if call.args else call.kwargs.get("changes")
+            if changes:
+                self.service.broadcast(LogSettingsChanged(changes))
+        self._answer(ApiReply(call.call, _plain(call.method, value)))
 
     async def _infer(self, call: InferCall) -> None:
-        if http_log.isEnabledFor(logging.DEBUG):
-            http_log.debug("HTTP request: POST %s", call.path)  # Triton's verbose line
+        server = self.service.server
+        context = None
+        if call.protocol in RECEIVE_ACTIVITIES:
+            context = CallContext(cast(WireProtocol, call.protocol), call.received_ns, call.traceparent)
         try:
-            request = InferenceRequest(
-                model_name=call.model,
-                model_version=call.version,
-                id=call.request_id,
-                inputs=[from_wire(t, call.model, call.request_id) for t in call.inputs],
-                outputs=[RequestedOutput(o.name, parameters=o.parameters) for o in call.outputs],
-                parameters=call.parameters,
-                priority=call.priority,
-                timeout_us=call.timeout_us,
-            )
-            server = self.service.server
-            response = await server.infer(request, CallContext("HTTP", call.received_ns, call.traceparent))
-            send_started = time.monotonic_ns()
-            reply: InferReply | HttpReply = _reply_of(call.call, response)
-            server.sent(request, send_started)
+            request = request_of(call)
+            if call.mode == CHECK:
+                await server.check_request(request)
+                self._answer(ApiReply(call.call, None))
+            elif call.mode == STREAM:
+                await self._stream(server, call.call, request, context)
+            else:
+                response = await server.infer(request, context)
+                send_started = time.monotonic_ns()
+                self._answer(reply_of(call.call, response))
+                server.sent(request, send_started)
         except ModelhostError as e:
-            reply = _http_reply(call.call, failure_response("POST", call.path, e))
+            self._answer(_error_reply(call.call, e))
         except Exception:
-            log.exception("unhandled error serving POST %s", call.path)
-            reply = _http_reply(call.call, error_response(500, "internal server error"))
-        self._answer(reply)
+            log.exception("unhandled error serving an inference request of '%s'", call.model)
+            self._answer(ErrorReply(call.call, "INTERNAL", "InternalError", "internal server error"))
 
-    def _answer(self, reply: InferReply | HttpReply) -> None:
+    async def _stream(
+        self, server: Server, call: int, request: InferenceRequest, context: CallContext | None
+    ) -> None:
+        async for response in server.infer_stream(request, context):
+            error = response.error
+            if error is not None:
+                e = error if isinstance(error, ModelhostError) else None
+                item = InferReply(
+                    call,
+                    response.model_name,
+                    response.model_version,
+                    response.id,
+                    [],
+                    response.parameters,
+                    (str(e.kind), type(e).__name__, e.message)
+                    if e
+                    else ("INTERNAL", "InternalError", str(error)),
+                )
+                self._answer(item)
+                continue
+            send_started = time.monotonic_ns()
+            self._answer(reply_of(call, response))
+            server.sent(request, send_started, last=False)
+        self._answer(StreamEnd(call))
+
+    def _answer(self, reply: InferReply | StreamEnd | ApiReply | ErrorReply | LogSettingsChanged) -> None:
         if self.transport is not None:
             self.send(reply)
 
@@ -141,14 +208,8 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
 class EngineService:
     """Listens for frontend processes on a Unix socket and serves their calls."""
 
-    def __init__(
-        self,
-        server: Server,
-        routes: HttpRoutes,
-        on_hello: Callable[[Hello], None],
-    ) -> None:
+    def __init__(self, server: Server, on_hello: Callable[[Hello], None]) -> None:
         self.server = server
-        self.routes = routes
         self.hello = on_hello
         self.connections: set[EngineConnection] = set()
         # Calls wait until the whole server has started (gRPC and metrics too): a frontend that listens early
@@ -174,13 +235,9 @@ class EngineService:
         await self.opened.wait()
         await call
 
-    def refused(self, message: Refused) -> None:
-        """A request a frontend refused itself (its buffer was full): counted as Triton counts a rejection."""
-        try:
-            model = self.server.registry.get(message.model, message.version)
-        except ModelhostError:
-            return
-        model.stats.failed(0, "REJECTED")
+    def broadcast(self, message: LogSettingsChanged) -> None:
+        for connection in list(self.connections):
+            connection._answer(message)
 
     def close(self) -> None:
         if self._listener is not None:
