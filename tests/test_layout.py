@@ -101,3 +101,52 @@ def test_backends_are_reached_only_through_the_registry() -> None:
                 reaches.append(f"{name} imports {imported}")
     assert reaches == []
     assert {"onnxruntime", "python"} <= _BACKEND_PACKAGES
+
+
+def _all_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every modelhost module a file imports, type-only and lazy imports included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("modelhost"):
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("modelhost")}
+    return found
+
+
+# What holds model state: a frontend reaches it only through modelhost.engine_api.EngineAPI.
+ENGINE = (
+    "modelhost.server",
+    "modelhost.registry",
+    "modelhost.model",
+    "modelhost.scheduling",
+    "modelhost.ensemble",
+    "modelhost.backends",
+    "modelhost.shared_memory",
+    "modelhost.response_cache",
+    "modelhost.tracing",
+    "modelhost.instance_update",
+    "modelhost.warmup",
+    "modelhost.model_memory",
+)
+
+
+def _offending(prefix: str, forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    modules = _modules()
+    offending: dict[str, list[str]] = {}
+    for name, path in modules.items():
+        if name == prefix or name.startswith(prefix + "."):
+            bad = sorted(m for m in _all_imports(path, modules) if m.startswith(forbidden))
+            if bad:
+                offending[name] = bad
+    return offending
+
+
+def test_frontends_meet_the_engine_only_at_the_engine_api() -> None:
+    assert _offending("modelhost.frontends", ENGINE) == {}
+
+
+def test_the_transport_imports_no_frontend() -> None:
+    assert _offending("modelhost.transport", ("modelhost.frontends",)) == {}

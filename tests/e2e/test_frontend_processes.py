@@ -2,7 +2,8 @@
 
 Every other end-to-end module already runs against two frontend processes too (the conftest's
 `frontend_processes` parameter); this one covers what only the layout has: frontends killed and restarted, the
-engine killed, a full frontend buffer, clients that go away, draining on SIGTERM and the shared port.
+engine killed, a full frontend buffer, clients that go away, draining on SIGTERM, the shared ports, gRPC streams
+on a frontend killed mid-stream, and model reloads while frontends serve.
 """
 
 from __future__ import annotations
@@ -10,23 +11,63 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import queue
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import json_format, text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from e2e.models import copy_examples
 from e2e.server_process import RunningServer, free_ports, running_server, start_server
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 BUFFER = 200_000  # --frontend-buffer-byte-size of the module's server
+
+# A decoupled model that answers each request from a thread of its own (so that requests stream side by side on
+# one instance): IN = [count, delay_ms] gives `count` answers IDX = 0, 1, ..., one each `delay_ms`.
+PACED = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def answer(sender, count, delay_ms):
+    for i in range(count):
+        time.sleep(delay_ms / 1000)
+        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("IDX", np.array([i], dtype=np.int32))]))
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count, delay_ms = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().tolist()
+            sender = request.get_response_sender()
+            threading.Thread(target=answer, args=(sender, count, delay_ms), daemon=True).start()
+        return None
+"""
+PACED_CONFIG = """
+name: "paced"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN", data_type: TYPE_INT32, dims: [ 2 ] } ]
+output [ { name: "IDX", data_type: TYPE_INT32, dims: [ 1 ] } ]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +81,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("frontends")
     copy_examples(root, "simple")
     shutil.copytree(PYTHON_MODELS / "identity_delay", root / "identity_delay")
+    (root / "paced" / "1").mkdir(parents=True)
+    (root / "paced" / "1" / "model.py").write_text(PACED)
+    (root / "paced" / "config.pbtxt").write_text(PACED_CONFIG)
     return root
 
 
@@ -302,3 +346,163 @@ def test_binary_tensors_and_errors_round_trip_through_a_frontend(server: Running
             client.infer("simple", [httpclient.InferInput("NOPE", [1, 16], "INT32").set_data_from_numpy(a)])
     finally:
         client.close()
+
+
+def _grpc_peers(server: RunningServer) -> set[tuple[int, int]]:
+    """(frontend pid, client port) of every gRPC connection the frontends hold."""
+    pids = frontend_pids(server)
+    inodes = {pid: _socket_inodes(pid) for pid in pids}
+    peers = set()
+    for row in _tcp_rows():
+        if row[3] != "01" or int(row[1].rsplit(":", 1)[1], 16) != server.grpc_port:  # ESTABLISHED only
+            continue
+        for pid in pids:
+            if row[9] in inodes[pid]:
+                peers.add((pid, int(row[2].rsplit(":", 1)[1], 16)))
+    return peers
+
+
+class Stream:
+    """One gRPC client with its own connection (a local subchannel pool: tritonclient's channels to one address
+    otherwise share one), streaming one long request of the paced model."""
+
+    def __init__(self, server: RunningServer) -> None:
+        self.client = grpcclient.InferenceServerClient(
+            server.grpc_url, channel_args=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        self.answers: queue.Queue[Any] = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: self.answers.put(error or result))
+
+    def send(self, count: int, delay_ms: int) -> None:
+        values = grpcclient.InferInput("IN", [2], "INT32")
+        values.set_data_from_numpy(np.array([count, delay_ms], dtype=np.int32))
+        self.client.async_stream_infer("paced", [values])
+
+    def take(self, count: int, timeout: float) -> list[Any]:
+        return [self.answers.get(timeout=timeout) for _ in range(count)]
+
+    def until_end(self) -> list[Any]:
+        """The answers still to come, up to an error or the last (IDX 11)."""
+        answers = []
+        while True:
+            answer = self.answers.get(timeout=30)
+            answers.append(answer)
+            if isinstance(answer, Exception) or answer.as_numpy("IDX")[0] == 11:
+                return answers
+
+    def close(self) -> None:
+        self.client.stop_stream(cancel_requests=True)
+        self.client.close()
+
+
+def test_a_frontend_killed_mid_stream_fails_only_its_own_streams(server: RunningServer) -> None:
+    wait_for_frontends(server, 2)
+    streams: dict[int, list[Stream]] = {}
+    opened: list[Stream] = []
+    try:
+        for _ in range(16):  # until each frontend serves a stream
+            before = _grpc_peers(server)
+            stream = Stream(server)
+            opened.append(stream)
+            stream.send(count=12, delay_ms=400)  # 5 s of answers
+            stream.take(1, timeout=30)  # its first answer: the connection is up and the stream flows
+            (pid,) = {pid for pid, _ in _grpc_peers(server) - before}
+            streams.setdefault(pid, []).append(stream)
+            if len(streams) == 2:
+                break
+        assert len(streams) == 2, "SO_REUSEPORT should spread gRPC connections over both frontends"
+        (doomed_pid, doomed), (_, survivors) = streams.items()
+        os.kill(doomed_pid, signal.SIGKILL)
+        for stream in doomed:  # the stream fails before its end...
+            answers = stream.until_end()
+            assert isinstance(answers[-1], Exception) and len(answers) < 12, answers
+        for stream in survivors:  # ...and the others keep streaming to their end
+            answers = stream.until_end()
+            assert not any(isinstance(a, Exception) for a in answers), answers
+            assert answers[-1].as_numpy("IDX")[0] == 11
+    finally:
+        for stream in opened:
+            stream.close()
+    wait_for_frontends(server, 2)
+
+
+VERSIONED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.version = int(args["model_version"])
+
+    def execute(self, requests):
+        out = pb_utils.Tensor("VERSION", np.array([self.version], dtype=np.int32))
+        return [pb_utils.InferenceResponse(output_tensors=[out]) for _ in requests]
+"""
+
+VERSIONED_CONFIG = """
+name: "versioned"
+backend: "python"
+max_batch_size: 0
+version_policy: {{ specific: {{ versions: [{version}] }} }}
+input [ {{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }} ]
+output [ {{ name: "VERSION", data_type: TYPE_INT32, dims: [ 1 ] }} ]
+"""
+
+
+def test_reloads_while_frontends_serve_never_show_a_half_updated_model(tmp_path: Path) -> None:
+    """A rolling update between two versions while clients of both frontends keep asking: every request is
+    answered, each by one whole version (the version it names is the one that computed its answer)."""
+    repo = tmp_path / "repo"
+    for version in (1, 2):
+        (repo / "versioned" / str(version)).mkdir(parents=True)
+        (repo / "versioned" / str(version) / "model.py").write_text(VERSIONED)
+    (repo / "versioned" / "config.pbtxt").write_text(VERSIONED_CONFIG.format(version=1))
+    server = start_server(
+        [repo], tmp_path / "server.log", "--frontend-processes=2", "--model-control-mode=explicit",
+        "--load-model=versioned",
+    )  # fmt: skip
+    stop = threading.Event()
+    seen: list[tuple[str, int]] = []
+    failures: list[BaseException] = []
+
+    def ask() -> None:
+        client = httpclient.InferenceServerClient(server.http_url)
+        value = httpclient.InferInput("IN", [1], "INT32").set_data_from_numpy(np.array([1], dtype=np.int32))
+        try:
+            while not stop.is_set():
+                result = client.infer("versioned", [value])
+                version = result.as_numpy("VERSION")
+                assert version is not None
+                seen.append((result.get_response()["model_version"], int(version[0])))
+        except BaseException as e:
+            failures.append(e)
+        finally:
+            client.close()
+
+    try:
+        askers = [threading.Thread(target=ask) for _ in range(4)]
+        for asker in askers:
+            asker.start()
+        control = grpcclient.InferenceServerClient(server.grpc_url)
+        for i in range(6):  # a rolling update each way, three times
+            config = VERSIONED_CONFIG.format(version=2 - i % 2).replace("\n", " ")
+            control.load_model("versioned", config=json.dumps(_config_json(config)))
+            time.sleep(0.3)
+        control.close()
+        stop.set()
+        for asker in askers:
+            asker.join(30)
+        assert failures == []
+        assert seen and all(version == str(value) for version, value in seen), set(seen)
+        assert {value for _, value in seen} == {1, 2}
+    finally:
+        stop.set()
+        assert server.stop() == 0
+
+
+def _config_json(pbtxt: str) -> dict[str, Any]:
+    """A config.pbtxt as the load API's JSON config."""
+    config = text_format.Parse(pbtxt, ModelConfig())
+    result: dict[str, Any] = json_format.MessageToDict(config, preserving_proto_field_name=True)
+    return result
