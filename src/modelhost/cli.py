@@ -160,7 +160,8 @@ FLAGS: tuple[Flag, ...] = (
               "If true, ready only when the server is live and all models are ready; if false, when live.",
               field="strict_readiness"),
     _honoured("frontend-processes", "str", "0", SERVER,
-              "modelhost only: serve HTTP from N frontend processes in front of one engine process (auto: "
+              "modelhost only: serve HTTP and gRPC from N frontend processes in front of one engine process "
+              "(auto: "
               "from the cores, see docs/frontend-processes.md); 0 serves everything from one process.",
               metavar="<N|auto>"),
     _honoured("frontend-buffer-byte-size", "int", str(1 << 28), SERVER,
