@@ -35,7 +35,7 @@ class FakeEngine:
         self.ready = True
         self.sent_calls: list[tuple[str, int, bool]] = []
         self.log_settings: dict[str, Any] = {"log_info": True, "log_verbose_level": 0}
-        self.registered: dict[str, str] = {}
+        self.registered: dict[str, dict[str, Any]] = {}
         # Set to hold every inference until released (to test cancellation).
         self.hold: asyncio.Event | None = None
         self.cancelled = 0
@@ -155,12 +155,14 @@ class FakeEngine:
     async def reload_if_evicted(self, name: str) -> None:
         self.calls.append(("reload_if_evicted", name))
 
-    async def register_models(self, names: dict[str, str]) -> None:
-        self.registered.update(names)
+    async def register_models(self, alias: str, url: str, names: dict[str, str]) -> None:
+        self.registered[alias] = {"target": next(iter(names)), "url": url, "names": list(names)}
 
-    async def forget_models(self, names: list[str]) -> None:
-        for name in names:
-            self.registered.pop(name, None)
+    async def forget_models(self, alias: str) -> None:
+        self.registered.pop(alias, None)
+
+    async def model_aliases(self, alias: str = "") -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.registered.items() if not alias or k == alias}
 
     async def settled(self, timeout: float | None = None) -> bool:
         return True

@@ -188,7 +188,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         )
 
     try:
-        if options.frontend_processes > 0 and (options.allow_http or options.allow_grpc):
+        if options.frontend_processes > 0 and (
+            options.allow_http or options.allow_grpc or sagemaker is not None
+        ):
             frontends = Frontends(options, server)
             await frontends.start()
         elif options.allow_http:
@@ -202,8 +204,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             grpc_server = GrpcServer(server)
             grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port)
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
-        if sagemaker is not None:
-            # Served by this (the engine) process in every mode: its model API changes the registry.
+        if sagemaker is not None and frontends is None:
             sagemaker_routes = SageMakerRoutes(
                 server, HttpRoutes(server, options.http_max_input_size), sagemaker
             )

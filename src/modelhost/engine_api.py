@@ -138,12 +138,19 @@ class EngineAPI(typing.Protocol):
         """Load `name` again where it was loaded and then unloaded to keep a memory budget or for idleness."""
         ...
 
-    async def register_models(self, names: dict[str, str]) -> None:
-        """Serve these model names from these directories (SageMaker's multi-model loads), checked against the
-        repositories' models and those already registered or loaded."""
+    async def register_models(self, alias: str, url: str, names: dict[str, str]) -> None:
+        """Serve these model names from these directories under `alias` (SageMaker's multi-model loads; the first
+        name is the one loaded), checked against the aliases, the repositories' models and those already
+        registered or loaded."""
         ...
 
-    async def forget_models(self, names: list[str]) -> None: ...
+    async def forget_models(self, alias: str) -> None:
+        """Forget an alias and the names it registered."""
+        ...
+
+    async def model_aliases(self, alias: str = "") -> dict[str, dict[str, Any]]:
+        """Every alias (or the one named, if known): its `target` model, `url` and registered `names`."""
+        ...
 
     async def settled(self, timeout: float | None = None) -> bool:
         """Wait until no version is being loaded or closed; False at the timeout."""

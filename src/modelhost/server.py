@@ -79,6 +79,9 @@ class Server:
         self.tracer_otel: OpenTelemetrySettings | None = None
         # --cache-config: the response cache models with `response_cache { enable: true }` use.
         self.response_cache: ResponseCache | None = None
+        # Models loaded under another name (SageMaker's multi-model API): alias -> its target model, url and the
+        # model names it registered (the target and an ensemble's companions).
+        self.aliases: dict[str, dict[str, Any]] = {}
 
     # -- health and metadata (EngineAPI) -----------------------------------------------------------------------
 
@@ -179,10 +182,10 @@ class Server:
         except (NotFound, Unavailable):
             await self.registry.load_on_demand(name, "")
 
-    async def register_models(self, names: dict[str, str]) -> None:
+    async def register_models(self, alias: str, url: str, names: dict[str, str]) -> None:
         registry = self.registry
         first, *others = names
-        if first in registry.registered:
+        if alias in self.aliases or first in registry.registered:
             raise Conflict(f"failed to register '{first}', there is a conflicting mapping for '{first}'")
         scanned = registry.scan()  # the repositories' models, and those registered by earlier loads
         # The first name's mapping takes precedence over a repository model of that name, as in Triton (which
@@ -194,10 +197,18 @@ class Server:
             what = ", ".join(f"'{n}'" for n in in_use)
             raise Conflict(f"failed to register {what}: a model of that name is already registered or loaded")
         registry.registered.update({name: Path(directory) for name, directory in names.items()})
+        self.aliases[alias] = {"target": first, "url": url, "names": list(names)}
 
-    async def forget_models(self, names: list[str]) -> None:
-        for name in names:
+    async def forget_models(self, alias: str) -> None:
+        entry = self.aliases.pop(alias, None)
+        for name in [] if entry is None else entry["names"]:
             self.registry.registered.pop(name, None)
+
+    async def model_aliases(self, alias: str = "") -> dict[str, dict[str, Any]]:
+        if alias:
+            entry = self.aliases.get(alias)
+            return {} if entry is None else {alias: entry}
+        return dict(self.aliases)
 
     async def settled(self, timeout: float | None = None) -> bool:
         return await self.registry.settled(timeout)

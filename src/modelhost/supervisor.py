@@ -57,7 +57,13 @@ def reserve_port(host: str, port: int) -> socket.socket:
 
 class FrontendSupervisor:
     def __init__(
-        self, options: ServerOptions, count: int, engine_address: str, http_port: int, grpc_port: int
+        self,
+        options: ServerOptions,
+        count: int,
+        engine_address: str,
+        http_port: int,
+        grpc_port: int,
+        sagemaker_port: int,
     ) -> None:
         self.count = count
         self._base = FrontendConfig(
@@ -69,6 +75,7 @@ class FrontendSupervisor:
             http_max_input_size=options.http_max_input_size,
             grpc_address=options.grpc_address,
             grpc_port=grpc_port,
+            sagemaker_port=sagemaker_port,
             buffer_limit=options.frontend_buffer_byte_size,
             exit_timeout_secs=options.exit_timeout_secs,
             log_verbose=options.log_verbose,
@@ -181,8 +188,8 @@ class FrontendSupervisor:
 
 
 class Frontends:
-    """HTTP and gRPC served by frontend processes: the engine's end of the link, the reserved ports and the
-    supervisor. (SageMaker's port and the metrics port stay with the engine.)"""
+    """HTTP, gRPC and SageMaker served by frontend processes: the engine's end of the link, the reserved ports and
+    the supervisor. (The metrics port stays with the engine.)"""
 
     def __init__(self, options: ServerOptions, server: Server) -> None:
         self.options = options
@@ -203,9 +210,12 @@ class Frontends:
         options = self.options
         http_port = self._reserve(options.http_address, options.http_port) if options.allow_http else 0
         grpc_port = self._reserve(options.grpc_address, options.grpc_port) if options.allow_grpc else 0
+        sagemaker_port = (
+            self._reserve(options.http_address, options.sagemaker_port) if options.allow_sagemaker else 0
+        )
         await self.service.start()
         self.supervisor = FrontendSupervisor(
-            options, options.frontend_processes, self.service.address, http_port, grpc_port
+            options, options.frontend_processes, self.service.address, http_port, grpc_port, sagemaker_port
         )
         await self.supervisor.start()
         n = options.frontend_processes

@@ -22,6 +22,8 @@ from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.buffer import BufferLimit
 from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.frontends.sagemaker.routes import SageMakerRoutes
+from modelhost.frontends.sagemaker.settings import SageMakerSettings
 from modelhost.log_settings import LogSettings
 from modelhost.logs import configure_logging
 from modelhost.options import ServerOptions
@@ -45,6 +47,8 @@ class FrontendConfig(msgspec.Struct):
     # The gRPC port to serve too (0: gRPC is off).
     grpc_address: str
     grpc_port: int
+    # The SageMaker port to serve too (0: off); its settings come from the environment, as the engine read them.
+    sagemaker_port: int
     buffer_limit: int
     exit_timeout_secs: int
     log_verbose: int
@@ -96,6 +100,7 @@ async def serve(config: FrontendConfig) -> int:
     )
     routes = BufferLimit(HttpRoutes(engine, config.http_max_input_size), engine, config.buffer_limit)
     http_server: asyncio.Server | None = None
+    sagemaker_server: asyncio.Server | None = None
     connections: set[HttpProtocol] = set()
     grpc_server: GrpcServer | None = None
     try:
@@ -106,6 +111,18 @@ async def serve(config: FrontendConfig) -> int:
         if config.grpc_port:
             grpc_server = GrpcServer(engine)
             await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True)
+        if config.sagemaker_port:
+            sagemaker = SageMakerRoutes(
+                engine, HttpRoutes(engine, config.http_max_input_size), SageMakerSettings.from_environ()
+            )
+            sagemaker_server, _ = await start_http_server(
+                sagemaker,
+                config.http_address,
+                config.sagemaker_port,
+                config.http_max_input_size,
+                reuse_port=True,
+                connections=connections,
+            )
     except OSError as e:
         log.error("frontend %d: failed to start serving: %s", config.index, e)
         return 1
@@ -120,8 +137,9 @@ async def serve(config: FrontendConfig) -> int:
         deadline = loop.time() + config.exit_timeout_secs
         while engine.in_flight and loop.time() < deadline:
             await asyncio.sleep(0.01)
-    if http_server is not None:
-        http_server.close()
+    for server in (http_server, sagemaker_server):
+        if server is not None:
+            server.close()
     for connection in list(connections):
         connection.close_if_idle()
     if grpc_server is not None:

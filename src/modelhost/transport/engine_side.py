@@ -60,6 +60,7 @@ API_METHODS = frozenset(
         "reload_if_evicted",
         "register_models",
         "forget_models",
+        "model_aliases",
         "settled",
         "check_shared_memory",
         "shared_memory_status",

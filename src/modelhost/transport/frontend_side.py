@@ -243,11 +243,14 @@ class RemoteEngine(FramedProtocol[EngineMessage]):
     async def reload_if_evicted(self, name: str) -> None:
         await self._api("reload_if_evicted", name)
 
-    async def register_models(self, names: dict[str, str]) -> None:
-        await self._api("register_models", names)
+    async def register_models(self, alias: str, url: str, names: dict[str, str]) -> None:
+        await self._api("register_models", alias, url, names)
 
-    async def forget_models(self, names: list[str]) -> None:
-        await self._api("forget_models", names)
+    async def forget_models(self, alias: str) -> None:
+        await self._api("forget_models", alias)
+
+    async def model_aliases(self, alias: str = "") -> dict[str, dict[str, Any]]:
+        return dict(await self._api("model_aliases", alias))
 
     async def settled(self, timeout: float | None = None) -> bool:
         return bool(await self._api("settled", timeout))

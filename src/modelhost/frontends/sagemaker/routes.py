@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from dataclasses import dataclass
 from urllib.parse import unquote
 
 import orjson
@@ -36,23 +35,11 @@ _MODELS = re.compile(r"/models(?:/([^/]+))?(/invoke)?")
 _INT32_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class _Loaded:
-    """A model loaded through POST /models: its Triton name, what GET /models shows, and the names it was
-    registered under (the model and an ensemble's companions)."""
-
-    target: str
-    model_url: str
-    registered: tuple[str, ...]
-
-
 class SageMakerRoutes:
     def __init__(self, engine: EngineAPI, http: HttpRoutes, settings: SageMakerSettings) -> None:
         self.engine = engine
         self.http = http
         self.settings = settings
-        # By the `model_name` of the load request (SageMaker's key), as Triton keeps them.
-        self.loaded: dict[str, _Loaded] = {}
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -85,7 +72,7 @@ class SageMakerRoutes:
                 return _method_not_allowed()
             return await self._invoke(request, name)
         if request.method == "GET":
-            return self._get(name) if name else self._list()
+            return await self._get(name) if name else await self._list()
         if request.method == "POST" and not name:
             return await self._load(request)
         if request.method == "DELETE" and name:
@@ -116,10 +103,11 @@ class SageMakerRoutes:
         return _as_sagemaker(response)
 
     async def _invoke(self, request: HttpRequest, name: str) -> HttpResponse:
-        loaded = self.loaded.get(name)
+        # The models loaded through POST /models by their `model_name` (SageMaker's key), kept by the engine.
+        loaded = (await self.engine.model_aliases(name)).get(name)
         if loaded is None:
             raise NotFound(f"model '{name}' is not loaded: load it with POST /models first")
-        target = request.headers.get(TARGET_MODEL) or loaded.target
+        target = request.headers.get(TARGET_MODEL) or loaded["target"]
         # A model unloaded to keep within --model-memory-budget (or for idleness) is still loaded as far as
         # SageMaker knows: it comes back on its next request.
         await self.engine.reload_if_evicted(target)
@@ -127,15 +115,16 @@ class SageMakerRoutes:
 
     # -- the multi-model API -----------------------------------------------------------------------------------
 
-    def _list(self) -> HttpResponse:
-        models = [{"modelName": key, "modelUrl": loaded.model_url} for key, loaded in self.loaded.items()]
+    async def _list(self) -> HttpResponse:
+        aliases = await self.engine.model_aliases()
+        models = [{"modelName": key, "modelUrl": loaded["url"]} for key, loaded in aliases.items()]
         return HttpResponse(200, orjson.dumps({"models": models}))
 
-    def _get(self, name: str) -> HttpResponse:
-        loaded = self.loaded.get(name)
+    async def _get(self, name: str) -> HttpResponse:
+        loaded = (await self.engine.model_aliases(name)).get(name)
         if loaded is None:
             raise NotFound(f"model '{name}' is not loaded")
-        return HttpResponse(200, orjson.dumps({"modelName": name, "modelUrl": loaded.model_url}))
+        return HttpResponse(200, orjson.dumps({"modelName": name, "modelUrl": loaded["url"]}))
 
     async def _load(self, request: HttpRequest) -> HttpResponse:
         doc = _json_object(request.body)
@@ -148,36 +137,35 @@ class SageMakerRoutes:
                 "the load request names no model: give 'model_name' in the body or the "
                 "X-Amzn-SageMaker-Target-Model header"
             )
-        if model_name in self.loaded:
+        alias = model_name or target
+        if model_name and await self.engine.model_aliases(model_name):
             raise Conflict(f"failed to register '{target}', there is a conflicting mapping for '{target}'")
         location = locate_model(doc.get("url"), self.settings.model_root)
         names = {target: str(location.model_dir), **{n: str(d) for n, d in location.companions.items()}}
         # The target first: its mapping takes precedence over a repository model of that name.
-        await self.engine.register_models(names)
+        await self.engine.register_models(alias, location.model_url, names)
         log.info("Loading SageMaker TargetModel: %s", target)
         try:
             await self.engine.load_model(target, {}, files_base64=True)
         except ModelhostError as e:
-            await self.engine.forget_models(list(names))
+            await self.engine.forget_models(alias)
             await self._unload_quietly(target)
             raise _load_failure(e) from e
-        self.loaded[model_name or target] = _Loaded(target, location.model_url, tuple(names))
         return HttpResponse(200, b"")
 
     async def _unload(self, request: HttpRequest, name: str) -> HttpResponse:
-        loaded = self.loaded.get(name)
+        loaded = (await self.engine.model_aliases(name)).get(name)
         if loaded is None:
             raise NotFound(f"model '{name}' is not loaded")
-        target = request.headers.get(TARGET_MODEL) or loaded.target
+        target = request.headers.get(TARGET_MODEL) or loaded["target"]
         await self.engine.unload_model(target, {"unload_dependents": True})
-        for companion in loaded.registered:
+        for companion in loaded["names"]:
             if companion != target:
                 await self._unload_quietly(companion)
         await (
             self.engine.settled()
         )  # every version closed: its memory is back before SageMaker loads the next
-        await self.engine.forget_models(list(loaded.registered))
-        del self.loaded[name]
+        await self.engine.forget_models(name)
         return HttpResponse(200, b"")
 
     async def _unload_quietly(self, name: str) -> None:
