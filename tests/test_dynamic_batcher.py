@@ -12,10 +12,10 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.api import Arrays
+from modelhost.backends.api import Arrays, Job
 from modelhost.errors import Rejected
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
-from modelhost.scheduling.instances import InstancePool, Job
+from modelhost.scheduling.instances import InstancePool
 from modelhost.stats import ModelStats
 
 

@@ -13,12 +13,10 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.api import BackendServices
+from modelhost.backends.api import BackendServices, Job, ResponseSink
 from modelhost.ensemble.plan import EnsemblePlan
 from modelhost.ensemble.scheduler import EnsembleScheduler, fit_batch
 from modelhost.errors import InternalError, ModelConfigError
-from modelhost.scheduling.instances import Job
-from modelhost.scheduling.responses import ResponseSink
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
 
 
@@ -229,7 +227,7 @@ class FakeServer:
 
 
 def scheduler(cfg: Any, composing: dict[str, Any], server: FakeServer) -> EnsembleScheduler:
-    return EnsembleScheduler(EnsemblePlan(cfg, composing), cfg, BackendServices(server=server))
+    return EnsembleScheduler(EnsemblePlan(cfg, composing), cfg, BackendServices(engine=server))
 
 
 def job(outputs: list[str], **inputs: np.ndarray) -> Job:
@@ -383,5 +381,5 @@ async def test_a_cancelled_request_cancels_its_steps() -> None:
 def test_readiness_follows_the_composing_models() -> None:
     ens = scheduler(CHAIN, {"double": DOUBLE, "negate": NEGATE}, FakeServer(ANSWERS))
     assert ens.ready()
-    ens.services.server.answers.pop("negate")
+    ens.services.engine.answers.pop("negate")
     assert not ens.ready()

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelhost.backends.api import Arrays
-from modelhost.scheduling.instances import INLINE_MAX_INPUT_BYTES, InstancePool, Job
+from modelhost.backends.api import Arrays, Job
+from modelhost.scheduling.instances import INLINE_MAX_INPUT_BYTES, InstancePool
 
 
 class FakeInstance:

@@ -1,7 +1,8 @@
-"""The package layout: no module imports, even lazily inside a function, a module that imports it back.
+"""The package layout: no module imports, even lazily inside a function or only for type checking, a module that
+imports it back; the frontends meet the engine only at `modelhost.engine_api`, and the transport knows no frontend.
 
-Type-only imports (`if TYPE_CHECKING:`) are left out: they never run. Lazy imports count, since a cycle through one
-is still a cycle in the design (a backend seam that names its implementations, config code that calls a backend).
+Lazy and type-only imports count: a cycle through one is still a cycle in the design (a backend seam that names
+its implementations, config code that calls a backend).
 """
 
 from __future__ import annotations
@@ -18,22 +19,6 @@ def _modules() -> dict[str, Path]:
         name = ".".join(("modelhost", *path.relative_to(PACKAGE).with_suffix("").parts))
         modules[name.removesuffix(".__init__")] = path
     return modules
-
-
-def _imports(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
-    found: set[str] = set()
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            found |= set().union(*(_imports(n, modules) for n in node.orelse)) if node.orelse else set()
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("modelhost"):
-            for alias in node.names:
-                submodule = f"{node.module}.{alias.name}"
-                found.add(submodule if submodule in modules else node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("modelhost")}
-        found |= _imports(node, modules)
-    return found
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -75,7 +60,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles() -> None:
     modules = _modules()
-    graph = {name: _imports(ast.parse(path.read_text()), modules) - {name} for name, path in modules.items()}
+    graph = {name: _all_imports(path, modules) - {name} for name, path in modules.items()}
     assert _cycles(graph) == []
 
 
@@ -92,7 +77,7 @@ def test_backends_are_reached_only_through_the_registry() -> None:
     modules = _modules()
     reaches = []
     for name, path in modules.items():
-        for imported in _imports(ast.parse(path.read_text()), modules):
+        for imported in _all_imports(path, modules):
             parts = imported.split(".")
             if len(parts) < 3 or parts[1] != "backends" or parts[2] not in _BACKEND_PACKAGES:
                 continue

@@ -11,13 +11,13 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.api import Arrays
+from modelhost.backends.api import Arrays, Job, JobOutcomes
 from modelhost.cli import main, parse_serve_args
 from modelhost.config import parse_config_text
 from modelhost.errors import ModelConfigError, Unavailable
 from modelhost.options import ServerOptions
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
-from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes
+from modelhost.scheduling.instances import InstancePool
 from modelhost.scheduling.rate_limiter import (
     GLOBAL,
     InstanceNeeds,

@@ -17,9 +17,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.api import Arrays
+from modelhost.backends.api import Arrays, Job, JobOutcomes
 from modelhost.errors import Cancelled, InternalError, InvalidArgument, ModelConfigError, Unavailable
-from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes
+from modelhost.scheduling.instances import InstancePool
 from modelhost.scheduling.sequence_batcher import (
     SEQUENCE_END,
     SEQUENCE_START,

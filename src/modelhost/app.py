@@ -135,7 +135,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         server.response_cache = ResponseCache(cache_settings)
         log.info("response cache: local, %d bytes", cache_settings.size)
     # Before the first load: python models call other models (BLS) and export their own metrics.
-    registry.services = BackendServices(loop=asyncio.get_running_loop(), server=server)
+    registry.services = BackendServices(loop=asyncio.get_running_loop(), engine=server)
     configure_metrics(options)  # before the first load too: statistics keep the latency families asked for
     try:
         await registry.start(options.load_models if mode == "explicit" else None)

@@ -13,17 +13,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from modelhost.backends.api import Arrays
+from modelhost.backends.api import Arrays, Job, ResponseSink
 from modelhost.classification import classify, read_labels
 from modelhost.datatypes import NUMPY_TO_WIRE
 from modelhost.errors import DecoupledModel, InvalidArgument
 from modelhost.instance_update import Signature
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
 from modelhost.scheduling.dynamic_batcher import DynamicBatcher
-from modelhost.scheduling.instances import InstancePool, Job
+from modelhost.scheduling.instances import InstancePool
 from modelhost.scheduling.ragged import RaggedBatching, execute_alone
 from modelhost.scheduling.rate_limiter import InstanceNeeds
-from modelhost.scheduling.responses import ResponseSink
 from modelhost.scheduling.sequence_batcher import SequenceBatcher, server_fed_inputs
 from modelhost.stats import ModelStats, RequestTiming
 from modelhost.tensor_codec import id_prefix

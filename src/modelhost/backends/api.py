@@ -10,7 +10,9 @@ A backend is a class named in backends/registry.py, imported only when a model n
   ModelConfigError naming the field where it does not, so that a contradicting config never becomes READY;
 - `instance.execute(inputs, output_names)` per batch, off the event loop, by one worker thread at a time
   (scheduling/instances.py), so instances need no locking of their own; a fault there fails the requests of
-  that batch only, and is counted as failure reason BACKEND;
+  that batch only, and is counted as failure reason BACKEND; or, for a `RequestLevelInstance` (python models),
+  `instance.submit(jobs, done)` with the requests of a batch one by one (`Job`), a decoupled request's answers
+  going to its `ResponseSink`;
 - `instance.close()` at unload: release the model's memory (host and device).
 
 Memory needs are measured, not declared (model_memory.py): the server samples the process tree and the GPUs
@@ -21,29 +23,107 @@ runs, and a backend refuses a kind it cannot serve in `load_instance` with the r
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy.typing as npt
 
 from modelhost.custom_metrics import CustomMetrics
 from modelhost.gpu_memory import GpuMemory
-
-if TYPE_CHECKING:
-    from modelhost.scheduling.instances import RequestLevelInstance
+from modelhost.stats import RequestTiming
+from modelhost.types import InferenceRequest, InferenceResponse
 
 Arrays = dict[str, npt.NDArray[Any]]
 
 
+class EngineHandle(Protocol):
+    """What a model that calls other models (python BLS, an ensemble's steps) or manages them may ask of the
+    engine it runs in. The engine implements it (modelhost.server.Server); backends never import the engine."""
+
+    tracer: Any  # modelhost.tracing.Tracer: an ensemble's steps are traced as its children
+
+    def model_healthy(self, name: str, version: str = "") -> bool: ...
+
+    def decoupled(self, name: str, version: str = "") -> bool: ...
+
+    async def infer(
+        self, request: InferenceRequest, context: Any = None, *, internal: bool = False
+    ) -> InferenceResponse:
+        """`internal`: a request made for one already accepted (an ensemble's step): served while draining."""
+        ...
+
+    def infer_stream(
+        self, request: InferenceRequest, context: Any = None, *, internal: bool = False
+    ) -> AsyncIterator[InferenceResponse]: ...
+
+    async def load_model(self, name: str, parameters: dict[str, Any], *, files_base64: bool) -> None: ...
+
+    async def unload_model(self, name: str, parameters: dict[str, Any]) -> None: ...
+
+
 @dataclass(slots=True)
 class BackendServices:
-    """What a backend may use of the running server: its event loop, and the server itself for models that
-    call other models (python BLS) or manage them. Filled in once the server exists; empty in unit tests."""
+    """What a backend may use of the running server: its event loop, and the engine for models that call other
+    models (python BLS) or manage them. Filled in once the engine exists; empty in unit tests."""
 
     loop: asyncio.AbstractEventLoop | None = None
-    server: Any = None  # modelhost.server.Server (not imported: the server imports the backends)
+    engine: EngineHandle | None = None
     custom_metrics: CustomMetrics = field(default_factory=CustomMetrics)
+
+
+@dataclass(slots=True)
+class StreamItem:
+    outputs: Arrays | None  # None: no response, only the end of the request
+    error: BaseException | None
+    final: bool
+
+
+class ResponseSink:
+    """Where the responses of a decoupled model's request go: 0..N of them, then the end of the request.
+
+    The backend puts each response (outputs, or an error) as it comes; the engine takes them in order until the
+    final one. A caller that went away cancels the request, and the backend hears of it (a python model's
+    `is_cancelled()` turns true)."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[StreamItem] = asyncio.Queue()
+        self.finished = False
+        self.on_cancel: Callable[[], None] | None = None
+
+    def put(self, outputs: Arrays | None, error: BaseException | None = None, final: bool = False) -> None:
+        if self.finished:
+            return  # nothing may follow the final response
+        self.finished = final
+        self._queue.put_nowait(StreamItem(outputs, error, final))
+
+    async def get(self) -> StreamItem:
+        return await self._queue.get()
+
+    def cancel(self) -> None:
+        if not self.finished and self.on_cancel is not None:
+            self.on_cancel()
+
+
+@dataclass(slots=True)
+class Job:
+    """One request's share of an execution, as an instance gets it."""
+
+    inputs: Arrays
+    output_names: list[str]
+    batch_size: int
+    # The pool fills in queue_ns (waiting for an instance) and infer_ns (the execution).
+    timing: RequestTiming = field(default_factory=RequestTiming)
+    # For backends that see requests, not batches (python): the request (id, parameters, timeout) and, for a
+    # decoupled model, where its responses go.
+    request: InferenceRequest | None = None
+    sink: ResponseSink | None = None
+    # Set by a request-level instance while it runs the job: tells the model its caller went away.
+    on_cancel: Callable[[], None] | None = None
+
+
+JobOutcomes = list[Arrays | BaseException]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +148,20 @@ class ModelInstance(Protocol):
 
     def execute(self, inputs: Arrays, output_names: list[str]) -> Arrays:
         """Run the model on model-shaped inputs; return the requested outputs, model-shaped."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RequestLevelInstance(Protocol):
+    """An instance that takes the requests of a batch one by one, each with its own answer or error (python
+    models: Triton hands `execute` a list of requests, never a concatenated batch)."""
+
+    name: str
+
+    def submit(self, jobs: list[Job], done: Callable[[JobOutcomes], None]) -> None:
+        """Start the jobs; call `done` (on the event loop) with one outcome per job, in order."""
         ...
 
     def close(self) -> None: ...

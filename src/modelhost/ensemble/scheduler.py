@@ -16,7 +16,7 @@ The scheduling follows Triton's ensemble scheduler:
   let finish (their models count them), no new step starts.
 - `max_inflight_requests` bounds, per step and across all requests of the ensemble, how many requests to the
   step's model are in flight; a decoupled producer's responses then wait for room downstream.
-- Steps are sent through the server (`services.server.infer`), so composing models keep their own statistics,
+- Steps are sent through the server (`services.engine.infer`), so composing models keep their own statistics,
   scheduling and version policy, and a composing model reloaded or unloaded is seen by the next step.
 """
 
@@ -27,12 +27,10 @@ import copy
 import time
 from typing import Any
 
-from modelhost.backends.api import Arrays, BackendServices
+from modelhost.backends.api import Arrays, BackendServices, Job, ResponseSink
 from modelhost.ensemble.plan import EnsemblePlan, Step
 from modelhost.errors import InvalidArgument, ModelhostError
 from modelhost.io_specs import input_specs, output_specs, shape_matches
-from modelhost.scheduling.instances import Job
-from modelhost.scheduling.responses import ResponseSink
 from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 # A tensor of the ensemble in one iteration: the tensor (None when its step did not produce it), and the batch
@@ -90,7 +88,9 @@ class EnsembleScheduler:
 
     def tracer(self) -> Any:
         """The server's tracer (modelhost.tracing.Tracer), for the traces of the steps of a traced request."""
-        return self.services.server.tracer
+        engine = self.services.engine
+        assert engine is not None  # an ensemble runs in an engine
+        return engine.tracer
 
     def route(self, outputs: list[str]) -> _Route:
         key = tuple(outputs)
@@ -106,7 +106,7 @@ class EnsembleScheduler:
 
     def ready(self) -> bool:
         """Every composing model serves (one unloaded makes the ensemble unable to answer)."""
-        server = self.services.server
+        server = self.services.engine
         return server is not None and all(
             server.model_healthy(step.model_name, step.model_version) for step in self.plan.steps
         )
@@ -272,7 +272,8 @@ class _Run:
         """Send one step (counted in `running` by the caller); record its outputs, or its error as the request's."""
         limits = self.scheduler.limits
         limit = limits[step.index] if limits is not None else None
-        server = self.scheduler.services.server
+        server = self.scheduler.services.engine
+        assert server is not None  # an ensemble runs in an engine
         request: InferenceRequest | None = None
         try:
             request = self._request(step, iteration)

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from modelhost.backends.api import Arrays
+from modelhost.backends.api import Arrays, Job, JobOutcomes
 from modelhost.errors import InternalError, Rejected
-from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes, Worker
+from modelhost.scheduling.instances import InstancePool, Worker
 from modelhost.scheduling.ragged import RaggedBatching
 from modelhost.stats import ModelStats
 

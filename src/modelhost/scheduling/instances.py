@@ -31,15 +31,12 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any
 
-from modelhost.backends.api import Arrays, ModelInstance
+from modelhost.backends.api import Arrays, Job, JobOutcomes, ModelInstance, RequestLevelInstance
 from modelhost.errors import Unavailable
 from modelhost.scheduling.rate_limiter import InstanceNeeds, RateLimiter, Slot
-from modelhost.scheduling.responses import ResponseSink
-from modelhost.stats import RequestTiming
-from modelhost.types import InferenceRequest
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +47,6 @@ INLINE_MAX_INPUT_BYTES = 64 * 1024
 # Executions timed on worker threads before the pool may decide to run a model inline.
 _WARMUP_RUNS = 16
 _EWMA_WEIGHT = 0.05
-
-
-@dataclass(slots=True)
-class Job:
-    inputs: Arrays
-    output_names: list[str]
-    batch_size: int
-    # The pool fills in queue_ns (waiting for an instance) and infer_ns (the execution).
-    timing: RequestTiming = field(default_factory=RequestTiming)
-    # For backends that see requests, not batches (python): the request (id, parameters, timeout) and, for a
-    # decoupled model, where its responses go.
-    request: InferenceRequest | None = None
-    sink: ResponseSink | None = None
-    # Set by a request-level instance while it runs the job: tells the model its caller went away.
-    on_cancel: Callable[[], None] | None = None
 
 
 class Worker:
@@ -106,23 +88,6 @@ class _QueuedJob:
     job: Job
     result: asyncio.Future[Arrays]
     queued_ns: int
-
-
-@runtime_checkable
-class RequestLevelInstance(Protocol):
-    """An instance that takes the requests of a batch one by one, each with its own answer or error (python
-    models: Triton hands `execute` a list of requests, never a concatenated batch)."""
-
-    name: str
-
-    def submit(self, jobs: list[Job], done: Callable[[JobOutcomes], None]) -> None:
-        """Start the jobs; call `done` (on the event loop) with one outcome per job, in order."""
-        ...
-
-    def close(self) -> None: ...
-
-
-JobOutcomes = list[Arrays | BaseException]
 
 
 class InstancePool:

@@ -26,10 +26,10 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc.model_config_pb2 import BatchInput
 
-from modelhost.backends.api import Arrays
+from modelhost.backends.api import Arrays, Job
 from modelhost.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY
 from modelhost.errors import InternalError, ModelConfigError
-from modelhost.scheduling.instances import InstancePool, Job
+from modelhost.scheduling.instances import InstancePool
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,11 +34,11 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc.model_config_pb2 import DataType, ModelSequenceBatching
 
-from modelhost.backends.api import Arrays
+from modelhost.backends.api import Arrays, Job, JobOutcomes
 from modelhost.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY
 from modelhost.errors import Cancelled, InternalError, InvalidArgument, ModelConfigError, Unavailable
 from modelhost.scheduling.dynamic_batcher import batch_key
-from modelhost.scheduling.instances import InstancePool, Job, JobOutcomes, Worker
+from modelhost.scheduling.instances import InstancePool, Worker
 from modelhost.stats import ModelStats
 from modelhost.types import InferenceRequest
 

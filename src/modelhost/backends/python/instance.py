@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelhost.backends.api import Arrays, BackendContext
+from modelhost.backends.api import Arrays, BackendContext, Job, ResponseSink
 from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
 from modelhost.backends.python.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
@@ -47,8 +47,6 @@ from modelhost.errors import (
     Unsupported,
 )
 from modelhost.io_specs import TensorSpec, format_shape, output_specs
-from modelhost.scheduling.instances import Job
-from modelhost.scheduling.responses import ResponseSink
 from modelhost.scheduling.sequence_batcher import SEQUENCE_END, SEQUENCE_START, sequence_params
 from modelhost.types import SEQUENCE_PARAMETERS, InferenceRequest, RequestedOutput, Tensor
 
@@ -659,7 +657,7 @@ class PythonInstance:
     async def _on_bls(self, stub: _Stub, message: dict[str, Any]) -> None:
         """Run a model's BLS request through the server. Whatever happens, the model gets a final reply (an
         error one, if need be): a model waiting for a reply that never comes would hang its instance."""
-        server = self.ctx.services.server
+        server = self.ctx.services.engine
         reply_id, model = message["id"], message["model"]
         try:
             request = self._bls_request(stub, message)
@@ -772,7 +770,7 @@ class PythonInstance:
             stub.sock.sendall(ipc.encode(reply))
 
     async def _control(self, message: dict[str, Any]) -> tuple[Any, str | None]:
-        server = self.ctx.services.server
+        server = self.ctx.services.engine
         kwargs = message.get("kwargs") or {}
         result: Any = None
         error: str | None = None
