@@ -10,7 +10,7 @@ Sizes from 4 KiB to 64 MiB, medians of `--repeats` timings each. Run by scripts/
 
     python benchmarks/gpu_tensor_transfer.py [--json out.json]
 
-Needs torch with CUDA and cuda-bindings; the IPC side uses modelhost.cuda_runtime, the module that opens client
+Needs torch with CUDA and cuda-bindings; the IPC side uses modelhost.host.cuda_runtime, the module that opens client
 CUDA shared memory, so this also runs that code on a GPU.
 """
 
@@ -57,7 +57,7 @@ def host_copies(sizes: tuple[int, ...], repeats: int) -> dict[int, dict[str, flo
 def _open_in_child(handles: dict[int, list[bytes]], answer: Any) -> None:
     """The other process: open each handle, copy its allocation on the device, close it; time each."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    from modelhost import cuda_runtime
+    from modelhost.host import cuda_runtime
 
     rt = cuda_runtime.runtime()
     cuda_runtime.check(rt, rt.cudaSetDevice(0))
@@ -86,7 +86,7 @@ def ipc(sizes: tuple[int, ...], repeats: int) -> dict[int, dict[str, float]]:
     import ctypes
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    from modelhost import cuda_runtime
+    from modelhost.host import cuda_runtime
 
     rt = cuda_runtime.runtime()
     cuda_runtime.check(rt, rt.cudaSetDevice(0))

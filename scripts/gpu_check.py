@@ -40,7 +40,7 @@ SITE = Path("/tmp/modelhost-gpu-check/site")
 PINS_SITE = Path("/tmp/modelhost-gpu-check/pins")
 # Imports that must work before anything runs: the server, the python backend's stub, both clients, the tests'.
 PROBE = (
-    "import modelhost.app, modelhost.cli, modelhost.backends.python.stub, tritonclient.grpc, tritonclient.http, "
+    "import modelhost.app, modelhost.cli.main, modelhost.backends.python.stub, tritonclient.grpc, tritonclient.http, "
     "grpc_health.v1.health_pb2, onnx, prometheus_client, requests, pytest"
 )
 # What the machine has, each printed as one JSON value (an error message where it has not).
@@ -53,7 +53,7 @@ ENVIRONMENT = {
     "nvidia_ml_py": "from importlib.metadata import version; print(json.dumps(version('nvidia-ml-py')))",
     "onnxruntime": "import onnxruntime as o; print(json.dumps(f'{o.__version__}: {o.get_available_providers()}'))",
     "tensorrt": "import tensorrt; print(json.dumps(tensorrt.__version__))",
-    "modelhost_gpu_count": "from modelhost.devices import gpu_count; print(json.dumps(gpu_count()))",
+    "modelhost_gpu_count": "from modelhost.host.devices import gpu_count; print(json.dumps(gpu_count()))",
 }
 # The many-core runs: 4 s each, so that the six modes fit the budget with the tests (about 200 s in all).
 SCALING = ["benchmarks/many_core.py", "--duration", "4"]

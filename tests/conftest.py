@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from modelhost.devices import gpu_count
+from modelhost.host.devices import gpu_count
 
 # Set by scripts/gpu_check.sh: on the GPU machine a test marked `gpu` must run, never be skipped for want of one.
 REQUIRE_GPU = os.environ.get("MODELHOST_REQUIRE_GPU") == "1"
@@ -21,7 +21,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     if REQUIRE_GPU and any(item.get_closest_marker("gpu") for item in items):
         pytest.exit(
-            "MODELHOST_REQUIRE_GPU=1, and this host shows no NVIDIA GPU (modelhost.devices.gpu_count)", 3
+            "MODELHOST_REQUIRE_GPU=1, and this host shows no NVIDIA GPU (modelhost.host.devices.gpu_count)",
+            3,
         )
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU, and none is visible")
     for item in items:

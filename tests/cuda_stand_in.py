@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import uuid
 
-from modelhost.cuda_runtime import CudaError
+from modelhost.host.cuda_runtime import CudaError
 
 
 class HostIpc:

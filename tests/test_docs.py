@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from modelhost.backends.tensorrt.convert import build_parser as convert_parser
-from modelhost.cli import FLAGS_BY_NAME, Status, flags_markdown, serve_parser
+from modelhost.cli.main import FLAGS_BY_NAME, Status, flags_markdown, serve_parser
 from modelhost.compatibility.page import EVERY_METRIC, metric_items
 from modelhost.compatibility.surface import State
 from modelhost.frontends.http import routes
-from modelhost.metrics import family_names
+from modelhost.frontends.metrics import family_names
 from modelhost.perf.options import build_parser as perf_parser
 from modelhost.tune.options import build_parser as tune_parser
 

@@ -103,18 +103,18 @@ def _all_imports(path: Path, modules: dict[str, Path]) -> set[str]:
 
 # What holds model state: a frontend reaches it only through modelhost.engine_api.EngineAPI.
 ENGINE = (
-    "modelhost.server",
-    "modelhost.registry",
-    "modelhost.model",
-    "modelhost.scheduling",
-    "modelhost.ensemble",
+    "modelhost.engine.engine",
+    "modelhost.engine.registry.registry",
+    "modelhost.engine.model",
+    "modelhost.engine.scheduling",
+    "modelhost.engine.ensemble",
     "modelhost.backends",
-    "modelhost.shared_memory",
-    "modelhost.response_cache",
-    "modelhost.tracing",
-    "modelhost.instance_update",
-    "modelhost.warmup",
-    "modelhost.model_memory",
+    "modelhost.engine.shared_memory",
+    "modelhost.engine.response_cache",
+    "modelhost.observability.tracing",
+    "modelhost.engine.registry.instance_update",
+    "modelhost.engine.registry.warmup",
+    "modelhost.engine.registry.model_memory",
 )
 
 

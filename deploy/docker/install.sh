@@ -87,7 +87,7 @@ step_venv() {
 print(" ".join(sorted({d.metadata["Name"] for d in m.distributions() if d.metadata["Name"].startswith("nvidia-")})))')
     [ -z "$cuda" ] || die "the CPU image got CUDA packages ($cuda): set TORCH_INDEX_URL to a CPU torch index"
   fi
-  "$python" -c 'import modelhost.cli'
+  "$python" -c 'import modelhost.cli.main'
   # The entry and health scripts the Dockerfiles name, beside the modelhost command.
   install -m 0755 "$source/deploy/docker/entrypoint.sh" "$prefix/bin/modelhost-entrypoint"
   install -m 0644 "$source/deploy/docker/healthcheck.py" "$prefix/bin/modelhost-healthcheck.py"

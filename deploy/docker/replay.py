@@ -691,7 +691,7 @@ def make_plan(image: Image, work: Path, host_network: bool, run_as_user: bool) -
     python = to_replay(image.roots[0]) + "/bin/python"
     examples = Path(
         subprocess.run(
-            [python, "-c", "from modelhost.cli import bundled_examples; print(bundled_examples())"],
+            [python, "-c", "from modelhost.cli.main import bundled_examples; print(bundled_examples())"],
             check=True,
             capture_output=True,
             text=True,

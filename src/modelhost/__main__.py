@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from modelhost.cli import main
+from modelhost.cli.main import main
 
 sys.exit(main())

@@ -14,28 +14,28 @@ from typing import cast
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.backends.api import BackendServices
 from modelhost.backends.registry import set_backend_directory
-from modelhost.devices import gpu_count
+from modelhost.engine.engine import EXTENSIONS, Server
+from modelhost.engine.registry.registry import ControlMode, LoadSettings, ModelRegistry
+from modelhost.engine.response_cache import ResponseCache, parse_cache_config
+from modelhost.engine.scheduling.rate_limiter import RateLimiter
+from modelhost.engine.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
 from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.frontends.metrics import configure_metrics, start_metrics_server, start_polled_metrics
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
 from modelhost.frontends.sagemaker.settings import SageMakerSettings, SageMakerSettingsError
-from modelhost.gpu_memory import GpuMemory
-from modelhost.gpu_memory import startup_notes as gpu_memory_notes
-from modelhost.log_settings import LogSettings
-from modelhost.logs import log_table
-from modelhost.metrics import configure_metrics, start_metrics_server, start_polled_metrics
+from modelhost.host.devices import gpu_count
+from modelhost.host.gpu_memory import GpuMemory
+from modelhost.host.gpu_memory import startup_notes as gpu_memory_notes
+from modelhost.observability.log_settings import LogSettings
+from modelhost.observability.logs import log_table
+from modelhost.observability.tracing.settings import OpenTelemetrySettings, parse_trace_config
+from modelhost.observability.tracing.sinks import OpenTelemetrySink, TritonFileSink
+from modelhost.observability.tracing.tracer import Tracer
 from modelhost.options import ServerOptions
-from modelhost.registry import ControlMode, LoadSettings, ModelRegistry
 from modelhost.repository.sources import RepositoryError, RepositorySource, open_repository
-from modelhost.response_cache import ResponseCache, parse_cache_config
-from modelhost.scheduling.rate_limiter import RateLimiter
-from modelhost.server import EXTENSIONS, Server
-from modelhost.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
 from modelhost.supervisor import Frontends, FrontendStartError, stop_when_set
-from modelhost.tracing.settings import OpenTelemetrySettings, parse_trace_config
-from modelhost.tracing.sinks import OpenTelemetrySink, TritonFileSink
-from modelhost.tracing.tracer import Tracer
 
 log = logging.getLogger("modelhost")
 

@@ -1,8 +1,8 @@
 """The one seam between the frontends and the engine: what a frontend may ask of the engine, in plain data.
 
 Every frontend (HTTP, gRPC, SageMaker) holds an `EngineAPI` and nothing else of the engine: no registry, model,
-scheduler, shared-memory region or tracer. Two things implement it: the engine itself (`modelhost.server.Server`,
-in the same process, no hop) and, in a frontend process, `modelhost.transport.frontend_side.RemoteEngine`, which
+scheduler, shared-memory region or tracer. Two things implement it: the engine itself (`modelhost.engine.engine.Server`,
+in the same process, no hop) and, in a frontend process, `modelhost.transport.client.RemoteEngine`, which
 carries each call over the link to the engine process. The shape follows vLLM's `EngineClient`, which has the
 same two implementations.
 

@@ -1,6 +1,6 @@
 """What the server honours from its command line, with tritonserver's defaults.
 
-`ServerOptions` is built by the CLI (modelhost.cli) or directly by code and tests; it validates itself, so a
+`ServerOptions` is built by the CLI (modelhost.cli.main) or directly by code and tests; it validates itself, so a
 server never starts on a value the CLI would have refused. Flags modelhost ignores or refuses never reach it.
 """
 
@@ -113,7 +113,7 @@ class ServerOptions:
     # backend name ("" = global) -> setting -> value, as given to --backend-config.
     backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
     backend_directory: str = "/opt/tritonserver/backends"  # python-based backends: <dir>/<name>/model.py
-    # The memory flags; modelhost.gpu_memory says what they map onto.
+    # The memory flags; modelhost.host.gpu_memory says what they map onto.
     cuda_memory_pool_byte_size: dict[int, int] = field(default_factory=dict)  # CUDA device -> bytes
     model_load_gpu_limit: dict[int, float] = field(default_factory=dict)  # CUDA device -> fraction in use
     # The rate limiter: off | execution_count, and --rate-limit-resource as (name, count, device; None = all).
@@ -308,7 +308,7 @@ def _rate_limit_problems(options: ServerOptions) -> list[str]:
 
 
 def _metrics_problems(options: ServerOptions) -> list[str]:
-    from modelhost.metrics_config import parse_metrics_config
+    from modelhost.observability.metrics_config import parse_metrics_config
 
     problems: list[str] = []
     if not options.metrics_interval_ms > 0:  # NaN included
@@ -321,7 +321,7 @@ def _metrics_problems(options: ServerOptions) -> list[str]:
 
 
 def _cache_problems(options: ServerOptions) -> list[str]:
-    from modelhost.response_cache import parse_cache_config
+    from modelhost.engine.response_cache import parse_cache_config
 
     try:
         parse_cache_config(options.cache_config)
@@ -331,7 +331,7 @@ def _cache_problems(options: ServerOptions) -> list[str]:
 
 
 def _trace_problems(options: ServerOptions) -> list[str]:
-    from modelhost.tracing.settings import parse_trace_config
+    from modelhost.observability.tracing.settings import parse_trace_config
 
     try:
         settings, _ = parse_trace_config(options.trace_config)

@@ -19,11 +19,11 @@ import time
 
 import msgspec
 
+from modelhost.engine.engine import Server
 from modelhost.frontends.process import FrontendConfig
 from modelhost.options import ServerOptions
-from modelhost.server import Server
-from modelhost.transport.engine_side import EngineService
 from modelhost.transport.messages import Hello
+from modelhost.transport.server import EngineService
 
 log = logging.getLogger("modelhost.supervisor")
 

@@ -19,4 +19,4 @@ def test_the_stub_does_not_import_the_server() -> None:
     assert not [m for m in loaded if m == "grpc" or m.startswith("grpc.")]
     assert "modelhost.backends.api" not in loaded
     assert "modelhost.backends.registry" not in loaded
-    assert "modelhost.server" not in loaded
+    assert "modelhost.engine.engine" not in loaded

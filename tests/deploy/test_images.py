@@ -120,14 +120,14 @@ def test_parser_refuses_shell_form_and_root(tmp_path: Path) -> None:
 
 def test_build_context_holds_what_the_install_needs() -> None:
     rules = replay.dockerignore_rules(ROOT)
-    for needed in ("pyproject.toml", "README.md", "src/modelhost/cli.py", "deploy/docker/install.sh"):
+    for needed in ("pyproject.toml", "README.md", "src/modelhost/cli/main.py", "deploy/docker/install.sh"):
         assert not replay.ignored(needed, rules), needed
     assert not replay.ignored("src/modelhost/examples/simple_ensemble/1/.keep", rules)
     for left_out in (
         ".venv/bin/python",
         ".git/HEAD",
         "tests/conftest.py",
-        "src/modelhost/__pycache__/cli.pyc",
+        "src/modelhost/cli/__pycache__/main.pyc",
     ):
         assert replay.ignored(left_out, rules), left_out
 

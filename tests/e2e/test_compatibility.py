@@ -24,7 +24,7 @@ from e2e import server_process
 from e2e.models import copy_examples
 from e2e.server_process import RunningServer, running_server
 from modelhost.backends.registry import supported as served_backends
-from modelhost.cli import FLAGS, FLAGS_BY_NAME, SECTIONS, Status
+from modelhost.cli.main import FLAGS, FLAGS_BY_NAME, SECTIONS, Status
 from modelhost.compatibility.page import (
     backend_items,
     config_items,
@@ -250,5 +250,5 @@ def test_metric_families_marked_supported_are_exported(server: RunningServer) ->
     exported = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     for item in metric_items():
         if item.name.startswith(("nv_gpu_", "nv_energy")):
-            continue  # need a GPU: tests/test_metrics.py renders them from a stand-in NVML
+            continue  # need a GPU: tests/observability/test_metrics.py renders them from a stand-in NVML
         assert (item.name in exported) == (item.state in SERVED), item.name

@@ -24,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from e2e.clients import poll
 from e2e.models import add_identity, add_slow, copy_examples, slow_inputs, write_config
 from e2e.server_process import free_ports, running_server, start_server
-from modelhost.devices import gpu_count
+from modelhost.host.devices import gpu_count
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """The memory flags on a real server: accepted without effect on a CPU-only host; with a GPU and onnxruntime-gpu,
-mapped onto ONNX Runtime (the GPU tests skip cleanly elsewhere). The seams are tested in tests/test_gpu_memory.py."""
+mapped onto ONNX Runtime (the GPU tests skip cleanly elsewhere). The seams are tested in
+tests/host/test_gpu_memory.py."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from e2e.models import add_identity
 from e2e.server_process import running_server
 from modelhost.backends.api import BackendContext
 from modelhost.backends.onnxruntime.backend import OnnxRuntimeBackend
-from modelhost.devices import gpu_count
-from modelhost.gpu_memory import GpuMemory
+from modelhost.host.devices import gpu_count
+from modelhost.host.gpu_memory import GpuMemory
 
 HAS_GPU = gpu_count() > 0
 _NO_ORT_CUDA = "needs onnxruntime with CUDA (onnxruntime-gpu), and this onnxruntime has none"

@@ -25,7 +25,7 @@ from tritonclient.utils import InferenceServerException
 
 from e2e.models import copy_examples
 from e2e.server_process import RunningServer, running_server, start_server
-from modelhost.devices import gpu_count
+from modelhost.host.devices import gpu_count
 
 PYTHON_MODELS = Path(__file__).parent / "python_models"
 BUCKETS = ["1", "10", "100", "100000", "+Inf"]

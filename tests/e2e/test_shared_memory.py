@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException, deserialize_bytes_tenso
 
 from e2e.clients import poll
 from e2e.server_process import RunningServer, running_server
-from modelhost.devices import gpu_count
+from modelhost.host.devices import gpu_count
 
 PROTOCOLS = ["http", "grpc"]
 OWN_PREFIX = "mh_test_pb_region_"  # the python backend's prefix this server is configured with

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from fake_engine import DECOUPLED, MODEL, FakeEngine, fp32
+from modelhost.engine.engine import Server
 from modelhost.engine_api import CallContext
 from modelhost.errors import DecoupledModel, ModelhostError, NotFound, Unavailable
-from modelhost.server import Server
-from modelhost.transport.engine_side import EngineService
-from modelhost.transport.frontend_side import EngineGone, RemoteEngine, connect
+from modelhost.transport.client import EngineGone, RemoteEngine, connect
+from modelhost.transport.server import EngineService
 from modelhost.types import FINAL_RESPONSE, InferenceRequest, RequestedOutput, ShmWindow, Tensor
 
 

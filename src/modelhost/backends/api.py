@@ -9,7 +9,7 @@ A backend is a class named in backends/registry.py, imported only when a model n
   instance's device, check that the config agrees with the model (backends/model_io.py) and raise
   ModelConfigError naming the field where it does not, so that a contradicting config never becomes READY;
 - `instance.execute(inputs, output_names)` per batch, off the event loop, by one worker thread at a time
-  (scheduling/instances.py), so instances need no locking of their own; a fault there fails the requests of
+  (engine/scheduling/instances.py), so instances need no locking of their own; a fault there fails the requests of
   that batch only, and is counted as failure reason BACKEND; or, for a `RequestLevelInstance` (python models),
   `instance.submit(jobs, done)` with the requests of a batch one by one (`Job`), a decoupled request's answers
   going to its `ResponseSink`;
@@ -30,9 +30,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy.typing as npt
 
-from modelhost.custom_metrics import CustomMetrics
-from modelhost.gpu_memory import GpuMemory
-from modelhost.stats import RequestTiming
+from modelhost.host.gpu_memory import GpuMemory
+from modelhost.observability.custom_metrics import CustomMetrics
+from modelhost.observability.stats import RequestTiming
 from modelhost.types import InferenceRequest, InferenceResponse
 
 Arrays = dict[str, npt.NDArray[Any]]
@@ -40,9 +40,9 @@ Arrays = dict[str, npt.NDArray[Any]]
 
 class EngineHandle(Protocol):
     """What a model that calls other models (python BLS, an ensemble's steps) or manages them may ask of the
-    engine it runs in. The engine implements it (modelhost.server.Server); backends never import the engine."""
+    engine it runs in. The engine implements it (modelhost.engine.engine.Server); backends never import the engine."""
 
-    tracer: Any  # modelhost.tracing.Tracer: an ensemble's steps are traced as its children
+    tracer: Any  # modelhost.observability.tracing.Tracer: an ensemble's steps are traced as its children
 
     def model_healthy(self, name: str, version: str = "") -> bool: ...
 

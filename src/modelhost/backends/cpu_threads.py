@@ -8,7 +8,7 @@ the example MLP cost 1.7x the CPU per request of a 1-thread one, for no more thr
 
 from __future__ import annotations
 
-from modelhost.devices import cpu_count
+from modelhost.host.devices import cpu_count
 
 
 def default_intra_op_threads(instances: int) -> int:

@@ -14,8 +14,8 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
+from modelhost.engine.scheduling.sequence_batcher import server_fed_inputs
 from modelhost.errors import ModelConfigError
-from modelhost.scheduling.sequence_batcher import server_fed_inputs
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,9 +32,9 @@ from modelhost.compatibility.surface import (
     State,
 )
 from modelhost.config.validate import FIELDS_NOT_SUPPORTED
-from modelhost.metrics import family_names
-from modelhost.metrics_config import MetricsConfig
-from modelhost.server import EXTENSIONS
+from modelhost.engine.engine import EXTENSIONS
+from modelhost.frontends.metrics import family_names
+from modelhost.observability.metrics_config import MetricsConfig
 
 # Every family a server can export: every latency option on, CPU, GPU and cache families.
 EVERY_METRIC = MetricsConfig(counter_latencies=True, histogram_latencies=True, summary_latencies=True)
@@ -192,7 +192,7 @@ _FLAGS_AFTER = 4
 
 
 def markdown(flags: Sequence[Any], sections: Sequence[str]) -> str:
-    """The page; `flags` and `sections` are the CLI's table (modelhost.cli.FLAGS, SECTIONS)."""
+    """The page; `flags` and `sections` are the CLI's table (modelhost.cli.main.FLAGS, SECTIONS)."""
     tables = _tables()
     out = [
         "# Compatibility with Triton Inference Server",

@@ -333,7 +333,7 @@ GRPC_HEALTH: tuple[Item, ...] = (
 
 # --- Protocol extensions ---------------------------------------------------------------------------------------
 
-# Triton's server extensions, in its order. Those in modelhost's list (modelhost.server.EXTENSIONS) are served;
+# Triton's server extensions, in its order. Those in modelhost's list (modelhost.engine.engine.EXTENSIONS) are served;
 # system_shared_memory is listed when --allow-client-shm=true, as its endpoints then work.
 TRITON_EXTENSIONS: tuple[str, ...] = (
     "classification",
@@ -366,7 +366,7 @@ EXTENSION_NOTES: dict[str, Item] = {
 # --- Metrics ---------------------------------------------------------------------------------------------------
 
 # Triton's Prometheus families (core metrics.cc and the local cache). Those modelhost exports are read from
-# modelhost.metrics.family_names; the others are here.
+# modelhost.frontends.metrics.family_names; the others are here.
 TRITON_METRIC_FAMILIES: tuple[str, ...] = (
     "nv_inference_request_success",
     "nv_inference_request_failure",
@@ -551,7 +551,7 @@ FEATURES: tuple[Item, ...] = (
         State.NOT_YET,
         "refused at startup",
         "response-cache.md",
-        test="tests/test_response_cache.py::test_bad_cache_config",
+        test="tests/engine/test_response_cache.py::test_bad_cache_config",
     ),
     Item("Rate limiter", State.SUPPORTED, "", "rate-limiter.md", flag="rate-limit"),
     Item(

@@ -24,10 +24,10 @@ from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
 from modelhost.frontends.sagemaker.settings import SageMakerSettings
-from modelhost.log_settings import LogSettings
-from modelhost.logs import configure_logging
+from modelhost.observability.log_settings import LogSettings
+from modelhost.observability.logs import configure_logging
 from modelhost.options import ServerOptions
-from modelhost.transport.frontend_side import connect
+from modelhost.transport.client import connect
 
 log = logging.getLogger("modelhost.frontend")
 

@@ -14,8 +14,8 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from modelhost.config import config_from_json
 from modelhost.config.files import CONFIG_FILENAME, read_config
 from modelhost.config.normalize import is_ensemble
-from modelhost.devices import cpu_count, gpu_count
 from modelhost.errors import ModelConfigError
+from modelhost.host.devices import cpu_count, gpu_count
 from modelhost.perf.client import PerfError
 from modelhost.tune import checkpoint, search
 from modelhost.tune.goal import Goal

@@ -9,8 +9,8 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.backends.fil.settings import read_settings, require_is_classifier
-from modelhost.devices import cpu_count
 from modelhost.errors import ModelConfigError
+from modelhost.host.devices import cpu_count
 
 
 def config(**params: str) -> ModelConfig:

@@ -21,13 +21,13 @@ from trt_fakes import (
     write_plan,
 )
 
-from modelhost import gpu_memory
 from modelhost.backends.tensorrt.engine import EngineDescription, EngineTensor
 from modelhost.backends.tensorrt.instance import TensorRTInstance
 from modelhost.backends.tensorrt.loader import EngineCache, load_instance
 from modelhost.backends.tensorrt.runtime import plan_failure_message
 from modelhost.errors import BackendInvalidArgument, ModelConfigError, Unavailable
-from modelhost.gpu_memory import GpuMemory, GpuUsage
+from modelhost.host import gpu_memory
+from modelhost.host.gpu_memory import GpuMemory, GpuUsage
 
 BATCH_CONFIG = """
 max_batch_size: 8

@@ -20,7 +20,7 @@ from modelhost.backends.tensorrt.engine import EngineDescription, EngineTensor, 
 from modelhost.backends.tensorrt.loader import autocomplete_plan
 from modelhost.backends.tensorrt.runtime import PlanLoadError
 from modelhost.backends.tensorrt.settings import TensorRTSettings
-from modelhost.gpu_memory import GpuMemory
+from modelhost.host.gpu_memory import GpuMemory
 
 
 def dynamic_input(

@@ -12,7 +12,7 @@ from google.protobuf import text_format  # type: ignore[import-untyped]
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.errors import InvalidArgument
-from modelhost.frontends.http.generate_codec import (
+from modelhost.frontends.http.generate import (
     decode_generate_request,
     encode_generate_response,
     is_flag_only,

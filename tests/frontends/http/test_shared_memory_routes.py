@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from cuda_stand_in import HostIpc
+from modelhost.engine.engine import Server
+from modelhost.engine.registry.registry import ModelRegistry
+from modelhost.engine.shared_memory import CUDA, SharedMemoryRegistry
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse
 from modelhost.frontends.http.routes import HttpRoutes
-from modelhost.registry import ModelRegistry
-from modelhost.server import Server
-from modelhost.shared_memory import CUDA, SharedMemoryRegistry
 
 BASE = "/v2/cudasharedmemory"
 

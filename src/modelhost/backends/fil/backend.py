@@ -23,7 +23,7 @@ from modelhost.backends.fil.gpu import gpu_device
 from modelhost.backends.fil.io_check import INPUT, OUTPUT, OutputLayout, check_model_config
 from modelhost.backends.fil.settings import FilSettings, read_settings, require_is_classifier
 from modelhost.errors import BackendInvalidArgument, InternalError, ModelhostError
-from modelhost.gpu_memory import check_load_limit
+from modelhost.host.gpu_memory import check_load_limit
 
 log = logging.getLogger(__name__)
 

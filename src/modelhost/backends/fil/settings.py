@@ -15,8 +15,8 @@ from typing import Any
 
 from modelhost.backends.cpu_threads import default_intra_op_threads
 from modelhost.backends.params import bool_param, choice_param, float_param, int_param, param, warn_removed
-from modelhost.devices import cpu_count
 from modelhost.errors import ModelConfigError
+from modelhost.host.devices import cpu_count
 
 # model_type -> the file a version directory holds when the config names no default_model_filename.
 MODEL_FILES: dict[str, str] = {

@@ -20,7 +20,7 @@ from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx
 from modelhost.backends.params import int_param, param
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import BackendInvalidArgument, InternalError, InvalidArgument, ModelConfigError
-from modelhost.gpu_memory import cuda_provider_options
+from modelhost.host.gpu_memory import cuda_provider_options
 
 
 def _int_setting(ctx: BackendContext, key: str) -> int | None:

@@ -33,6 +33,7 @@ from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
 from modelhost.backends.python.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
 from modelhost.config import config_to_json
+from modelhost.engine.scheduling.sequence_batcher import SEQUENCE_END, SEQUENCE_START, sequence_params
 from modelhost.errors import (
     AlreadyExists,
     Cancelled,
@@ -47,7 +48,6 @@ from modelhost.errors import (
     Unsupported,
 )
 from modelhost.io_specs import TensorSpec, format_shape, output_specs
-from modelhost.scheduling.sequence_batcher import SEQUENCE_END, SEQUENCE_START, sequence_params
 from modelhost.types import SEQUENCE_PARAMETERS, InferenceRequest, RequestedOutput, Tensor
 
 log = logging.getLogger("modelhost.python")

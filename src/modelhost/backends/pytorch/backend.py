@@ -21,7 +21,7 @@ from modelhost.backends.pytorch.settings import read_settings
 from modelhost.backends.pytorch.threads import PROCESS_THREADS
 from modelhost.backends.pytorch.torchscript import TorchScriptInstance, load_torchscript
 from modelhost.errors import ModelConfigError
-from modelhost.gpu_memory import check_load_limit
+from modelhost.host.gpu_memory import check_load_limit
 
 log = logging.getLogger(__name__)
 

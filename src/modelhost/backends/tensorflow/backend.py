@@ -39,8 +39,8 @@ from modelhost.config.constants import (
     TENSORFLOW_SAVEDMODEL_FILENAME,
     TENSORFLOW_SAVEDMODEL_PLATFORM,
 )
-from modelhost.devices import cpu_count
 from modelhost.errors import ModelConfigError
+from modelhost.host.devices import cpu_count
 
 if importlib.util.find_spec("tensorflow") is None:
     raise ModuleNotFoundError("No module named 'tensorflow'", name="tensorflow")

@@ -1,8 +1,8 @@
 """The few CUDA runtime calls the TensorRT backend needs, through NVIDIA's cuda-python bindings.
 
-The binding itself, and why it is cuda-python, is `modelhost.cuda_runtime`; this module adds what TensorRT needs on
-top (streams with priorities, device buffers that grow) and says, when the package is missing, how to install it
-for this backend.
+The binding itself, and why it is cuda-python, is `modelhost.host.cuda_runtime`; this module adds what
+TensorRT needs on top (streams with priorities, device buffers that grow) and says, when the package is missing,
+how to install it for this backend.
 
 Imported only when an instance is created or a device is queried, never at module import, so that a missing
 package says which one to install instead of failing the import of the backend.
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy.typing as npt
 
-from modelhost import cuda_runtime
-from modelhost.cuda_runtime import CudaError
 from modelhost.errors import ModelConfigError
+from modelhost.host import cuda_runtime
+from modelhost.host.cuda_runtime import CudaError
 
 
 def cudart() -> Any:

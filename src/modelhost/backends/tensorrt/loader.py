@@ -30,7 +30,7 @@ from modelhost.backends.tensorrt.runtime import (
 from modelhost.backends.tensorrt.settings import TensorRTSettings, model_settings
 from modelhost.config.constants import TENSORRT_FILENAME
 from modelhost.errors import ModelConfigError, ModelhostError
-from modelhost.gpu_memory import check_load_limit
+from modelhost.host.gpu_memory import check_load_limit
 from modelhost.repository.layout import version_directories
 
 log = logging.getLogger(__name__)

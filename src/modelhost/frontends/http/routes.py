@@ -15,7 +15,6 @@ from urllib.parse import unquote
 import orjson
 
 from modelhost.config import config_to_json
-from modelhost.cuda_runtime import IPC_HANDLE_SIZE
 from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, CallContext, EngineAPI, ModelSignature, ShmKind
 from modelhost.errors import (
     ErrorKind,
@@ -25,7 +24,7 @@ from modelhost.errors import (
     request_failure_level,
 )
 from modelhost.frontends.http.compression import InflatedTooLarge, choose_encoding, decode_body, encode_body
-from modelhost.frontends.http.generate_codec import (
+from modelhost.frontends.http.generate import (
     ONE_RESPONSE,
     SSE_CONTENT_TYPE,
     decode_generate_request,
@@ -42,6 +41,7 @@ from modelhost.frontends.http.infer_codec import (
 )
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.statuses import http_status
+from modelhost.host.cuda_runtime import IPC_HANDLE_SIZE
 from modelhost.types import InferenceResponse, Parameters
 
 log = logging.getLogger("modelhost.http")

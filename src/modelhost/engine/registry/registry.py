@@ -1,0 +1,1330 @@
+"""The model registry: which models and versions exist, their states, and the loaded versions that serve.
+
+The registry is only touched from the event loop; blocking work (syncing a remote repository, reading configs,
+building runtime sessions, closing them) runs on worker threads. Lifecycle rules, as in Triton:
+
+- One load or unload at a time per model (a lock per name), and at most --model-load-thread-count loads at once.
+- A reload builds the new versions while the old ones keep serving, then swaps them in one step on the event
+  loop. From the swap on, new requests go to the new versions; the old ones are closed once their last request
+  is answered (see `_retire`). No accepted request fails because of a reload or an unload.
+- A reload that fails leaves what served before serving, with the failure in the index and the log.
+- Versions whose files did not change are kept as they are, not reloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from modelhost.backends.api import BackendContext, BackendServices, ModelInstance
+from modelhost.backends.registry import backend_for, backend_module, backend_settings
+from modelhost.config import (
+    complete_model_config,
+    config_from_json,
+    config_path,
+    load_model_config,
+    read_config,
+)
+from modelhost.config.normalize import is_ensemble
+from modelhost.engine.classification import read_labels
+from modelhost.engine.ensemble.plan import EnsemblePlan
+from modelhost.engine.ensemble.scheduler import EnsembleScheduler
+from modelhost.engine.model import LoadedModel
+from modelhost.engine.registry.instance_update import (
+    free_index,
+    only_instance_groups_differ,
+    plan_change,
+    signature,
+)
+from modelhost.engine.registry.model_memory import Footprint, files_size, is_out_of_memory, sample
+from modelhost.engine.registry.warmup import run_warmup
+from modelhost.engine.scheduling.instances import InstancePool
+from modelhost.engine.scheduling.rate_limiter import InstanceNeeds, RateLimiter, needs_of
+from modelhost.errors import (
+    InvalidArgument,
+    ModelConfigError,
+    ModelhostError,
+    NotFound,
+    OutOfMemory,
+    Unavailable,
+)
+from modelhost.host.gpu_memory import GpuMemory, check_load_limit
+from modelhost.host.memory import release_free_memory
+from modelhost.repository.fingerprint import ModelFingerprint, fingerprint
+from modelhost.repository.layout import model_directories
+from modelhost.repository.overrides import LoadOverride, check_model_name, write_model_files
+from modelhost.repository.sources import RepositoryError, RepositorySource
+
+log = logging.getLogger("modelhost.registry")
+
+ControlMode = Literal["none", "poll", "explicit"]
+UNLOADED = "unloaded"
+
+
+class ModelState(enum.StrEnum):
+    READY = "READY"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(slots=True)
+class VersionEntry:
+    version: int
+    state: ModelState = ModelState.LOADING
+    reason: str = ""
+    model: LoadedModel | None = None
+    fingerprint: str = ""  # of the version directory this version was loaded from
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    name: str
+    model_dir: Path | None = None  # where the serving versions were loaded from
+    # A failure before any version could be considered (bad config, duplicate name, no versions).
+    error: str = ""
+    config: Any = None
+    versions: dict[int, VersionEntry] = field(default_factory=dict)
+    shared_fingerprint: str = ""
+    shared_besides_config: str = ""  # the fingerprint of the shared files but the configuration
+    # Loaded with file overrides: its files are not the repository's, so an unchanged repository is no reason
+    # to keep it on the next load.
+    overridden: bool = False
+    # Loaded with a config override alone: the override and what the repository held then. A later load without
+    # one keeps it while the repository is unchanged, as Triton does.
+    retained: tuple[str, Any] | None = None
+    override_dir: tempfile.TemporaryDirectory[str] | None = None
+    # What the last load attempt saw (success or failure): a poll retries a model only when this changes.
+    seen: tuple[tuple[Path, ...], ModelFingerprint | None] | None = None
+    # Loaded only because an ensemble needed it (not asked for by name): `unload_dependents` on that ensemble
+    # unloads it again, as Triton does.
+    for_ensemble: bool = False
+
+    def serving(self) -> list[VersionEntry]:
+        return [v for v in self.versions.values() if v.state == ModelState.READY and v.model is not None]
+
+    def serving_versions(self) -> list[int]:
+        return [v.version for v in self.serving()]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSettings:
+    config_name: str | None = None
+    auto_complete: bool = True
+    # --backend-config, by backend name ("" = global settings).
+    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
+    gpu_count: int = 0
+    gpu_memory: GpuMemory = field(default_factory=GpuMemory)
+    load_threads: int = 4
+    load_retries: int = 0
+    # --rate-limit=execution_count: the server-wide limiter (None: off).
+    rate_limiter: RateLimiter | None = None
+    # --cache-config given: models with `response_cache { enable: true }` use the server's response cache.
+    response_cache: bool = False
+    # --model-memory-budget in bytes: what loaded model versions may take together (None: no budget).
+    memory_budget: int | None = None
+    # --model-load-on-demand (explicit mode): a request for a model of the repositories that is not loaded
+    # loads it first.
+    load_on_demand: bool = False
+
+    def backend_settings(self, backend: str) -> dict[str, str]:
+        return backend_settings(self.backend_config, backend)
+
+
+def select_versions(config: Any, available: list[int]) -> list[int]:
+    """The versions a version policy asks for (Triton's default: the latest one)."""
+    policy = config.version_policy
+    which = policy.WhichOneof("policy_choice")
+    if which == "all":
+        return available
+    if which == "specific":
+        return sorted(int(v) for v in policy.specific.versions)
+    count = max(1, int(policy.latest.num_versions)) if which == "latest" else 1
+    return available[-count:]
+
+
+def _instance_plan(config: Any, gpu_count: int) -> list[tuple[Any, int, int]]:
+    """(group, index within group, device id) for every instance the config asks for."""
+    plan: list[tuple[Any, int, int]] = []
+    for group in config.instance_group:
+        kind = group.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[group.kind].name
+        count = max(1, int(group.count))
+        if kind == "KIND_GPU":
+            gpus = list(group.gpus) or list(range(gpu_count)) or [0]
+            for gpu in gpus:
+                plan.extend((group, i, gpu) for i in range(count))
+        else:
+            plan.extend((group, i, 0) for i in range(count))
+    return plan
+
+
+def _load_error(name: str, version: int, error: BaseException) -> ModelhostError:
+    """A fault while loading a version as the error that fails it: out of memory where it says so."""
+    if isinstance(error, OutOfMemory):
+        return error
+    if isinstance(error, MemoryError):
+        return OutOfMemory(f"MemoryError: out of memory while loading '{name}' version {version}")
+    if isinstance(error, ModelhostError):
+        return OutOfMemory(str(error)) if is_out_of_memory(str(error)) else error
+    log.exception("failed to load '%s' version %d", name, version, exc_info=error)
+    message = f"{type(error).__name__}: {error}"
+    return OutOfMemory(message) if is_out_of_memory(message) else ModelhostError(message)
+
+
+def _fault_as_error(build: Callable[..., LoadedModel], *args: Any) -> LoadedModel:
+    """A fault while building a model version fails that version only, with the fault as its reason."""
+    try:
+        return build(*args)
+    except ModelhostError:
+        raise
+    except Exception as e:
+        log.exception("failed to build model '%s'", args[0])
+        raise ModelhostError(f"{type(e).__name__}: {e}") from e
+
+
+class ModelRegistry:
+    def __init__(
+        self, sources: list[RepositorySource], settings: LoadSettings, mode: ControlMode = "none"
+    ) -> None:
+        self.sources = sources
+        self.settings = settings
+        self.mode = mode
+        self.models: dict[str, ModelEntry] = {}
+        self._roots: list[Path | None] = [None] * len(sources)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._load_slots = asyncio.Semaphore(max(1, settings.load_threads))
+        self._retiring: set[asyncio.Task[None]] = set()
+        # Ensembles unloaded because a composing model went: loaded again once all their models serve again.
+        self._orphans: set[str] = set()
+        # Ensembles that failed to load for want of a composing model: tried again once it serves (as Triton).
+        self._waiting: dict[str, str] = {}
+        # During start(): the models whose load was tried, so that none is loaded (or its failure logged) twice.
+        self._started: set[str] | None = None
+        # What backends may use of the running server (python models call other models); set by the app.
+        self.services = BackendServices()
+        # Models never unloaded to make room or for idleness: those --load-model named (explicit mode).
+        self.pinned: set[str] = set()
+        # Under a memory budget, loads run one at a time: each load's memory delta is then its own.
+        self._budget_lock = asyncio.Lock()
+        # The last measured host bytes of each model's versions: the estimate for its next load.
+        self._last_size: dict[str, int] = {}
+        # Models registered by name from a directory outside the repositories (SageMaker's POST /models).
+        self.registered: dict[str, Path] = {}
+
+    # -- repositories ------------------------------------------------------------------------------------------
+
+    @property
+    def roots(self) -> list[Path]:
+        """The local directories of the repositories (remote ones: their mirrors), once synced."""
+        return [r for r in self._roots if r is not None]
+
+    async def sync(self, *, strict: bool) -> None:
+        """Bring every repository's local copy up to date. Not strict: a repository that cannot be read is
+        logged and keeps its previous copy, so its models keep serving and the next poll tries again."""
+        for i, source in enumerate(self.sources):
+            try:
+                self._roots[i] = await asyncio.to_thread(source.sync)
+            except RepositoryError as e:
+                if strict or self._roots[i] is None:
+                    raise
+                log.error("failed to poll model repository %s: %s (its models keep serving)", source.url, e)
+
+    def scan(self) -> dict[str, list[Path]]:
+        """Model directories by name, over every repository (a name may be in several: an error at load)."""
+        found: dict[str, list[Path]] = {}
+        for root in self.roots:
+            try:
+                dirs = model_directories(root)
+            except OSError as e:
+                log.error("failed to read model repository %s: %s", root, e)
+                continue
+            for name, path in dirs.items():
+                found.setdefault(name, []).append(path)
+        for name, path in self.registered.items():
+            found[name] = [path]  # a registered mapping takes precedence over the repositories, as in Triton
+        return found
+
+    # -- startup, polling, load and unload requests -------------------------------------------------------------
+
+    async def start(self, names: Iterable[str] | None = None) -> None:
+        """The initial load: every model of the repositories, or those named (explicit mode; '*' = all)."""
+        await self.sync(strict=True)
+        scanned = self.scan()
+        wanted = sorted(scanned) if names is None else list(dict.fromkeys(names))
+        if "*" in wanted:
+            wanted = sorted(scanned)
+        for name in wanted:
+            if name not in scanned:  # asked for by --load-model: a startup failure, as in Triton
+                self.models[name] = ModelEntry(name, error="model not found in any model repository")
+                log.error("failed to load '%s': model not found in any model repository", name)
+        wanted = [name for name in wanted if name in scanned]
+        if self.mode == "explicit":
+            self.pinned.update(wanted)
+        # In dependency order, each model once: the models first, then the ensembles using them, layer by layer,
+        # so that no ensemble loads a composing model while that model's own load is under way.
+        self._started = set()
+        for layer in self._dependency_layers(wanted, scanned):
+            await asyncio.gather(*(self._load_quietly(name, scanned) for name in layer))
+        self._started = None
+        for name in wanted:  # asked for by name, even where an ensemble loaded it first
+            if name in self.models:
+                self.models[name].for_ensemble = False
+
+    async def load(self, name: str, override: LoadOverride | None = None) -> None:
+        """Load or reload a model (the repository extension's load); raises with the reason when it fails."""
+        check_model_name(name)
+        async with self._lock(name):
+            if override is None or not override.files:
+                try:
+                    await self.sync(strict=True)
+                except RepositoryError as e:
+                    raise Unavailable(
+                        f"failed to load '{name}': the model repository cannot be read: {e}"
+                    ) from e
+            await self._load(name, self.scan(), override)
+            if name in self.models:
+                self.models[name].for_ensemble = False  # asked for by name
+        await self._reload_orphans()
+
+    async def unload(self, name: str, *, composing: bool = False) -> None:
+        """Stop serving every version of a model; each closes once its in-flight requests are answered. The
+        ensembles using it go too. `composing` (an ensemble unloaded with `unload_dependents`): so do its
+        composing models that were loaded only for it and that no other loaded ensemble uses, as in Triton."""
+        check_model_name(name)
+        steps: list[str] = []
+        async with self._lock(name):
+            entry = self.models.get(name)
+            if entry is not None:
+                if entry.config is not None and is_ensemble(entry.config):
+                    steps = list(dict.fromkeys(s.model_name for s in entry.config.ensemble_scheduling.step))
+                self._unload(entry)
+            self._orphans.discard(name)
+            self._waiting.pop(name, None)
+        await self._unload_dependents(name)
+        for step in steps if composing else []:
+            dependency = self.models.get(step)
+            if (
+                dependency is not None
+                and dependency.for_ensemble
+                and dependency.serving()
+                and not self.dependents(step)
+            ):
+                log.info("unloading '%s': it was loaded for ensemble '%s' only", step, name)
+                await self.unload(step, composing=True)
+
+    async def poll(self) -> None:
+        """One poll of poll mode: load new and changed models, unload removed ones."""
+        await self.sync(strict=False)
+        scanned = self.scan()
+
+        async def one(name: str) -> None:
+            async with self._lock(name):
+                entry = self.models.get(name)
+                dirs = scanned.get(name)
+                if not dirs:
+                    if entry is not None and (entry.versions or entry.error):
+                        log.info("model '%s' was removed from the repository", name)
+                        self._unload(entry)
+                        entry.seen = None
+                        gone.append(name)
+                    return
+                if entry is None or entry.seen != await self._look(dirs):
+                    await self._load_quietly(name, scanned)
+
+        gone: list[str] = []
+        await asyncio.gather(*(one(n) for n in sorted(set(scanned) | set(self.models))))
+        for name in gone:
+            await self._unload_dependents(name)
+        await self._reload_orphans()
+
+    async def poll_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.poll()
+            except Exception:  # a poll must never end polling
+                log.exception("failed to poll the model repositories")
+
+    async def settled(self, timeout: float | None = None) -> bool:
+        """Wait until every retired version (and instance) is closed; False if some were not by `timeout`. The
+        closings go on either way (tests, shutdown)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._retiring:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.wait(list(self._retiring), timeout=left)
+        return True
+
+    # -- loading -----------------------------------------------------------------------------------------------
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _look(self, dirs: list[Path]) -> tuple[tuple[Path, ...], ModelFingerprint | None]:
+        fp = await asyncio.to_thread(fingerprint, dirs[0]) if len(dirs) == 1 else None
+        return tuple(dirs), fp
+
+    def _dependency_layers(self, names: list[str], scanned: dict[str, list[Path]]) -> list[list[str]]:
+        """`names` in layers: those naming no other model of `names` first, then those whose steps are all in
+        earlier layers, and so on (what is left, on a cycle, last: its load reports the cycle)."""
+        steps = {name: set(self._steps_in_files(name, scanned)) & set(names) for name in names}
+        layers: list[list[str]] = []
+        placed: set[str] = set()
+        while len(placed) < len(names):
+            layer = [n for n in names if n not in placed and steps[n] <= placed]
+            if not layer:
+                layer = [n for n in names if n not in placed]
+            layers.append(layer)
+            placed.update(layer)
+        return layers
+
+    async def _load_quietly(self, name: str, scanned: dict[str, list[Path]]) -> None:
+        """A load at startup or from a poll: the failure is recorded and logged, not raised."""
+        with contextlib.suppress(ModelhostError):  # recorded in the entry and logged by _load
+            await self._load(name, scanned, None)
+
+    def _model_dir(self, name: str, dirs: list[Path]) -> Path:
+        if not dirs:
+            raise InvalidArgument("model not found in any model repository")
+        if len(dirs) > 1:
+            where = ", ".join(str(p.parent) for p in dirs)
+            raise InvalidArgument(f"model '{name}' appears in multiple model repositories: {where}")
+        return dirs[0]
+
+    def _read_config(self, model_dir: Path, override: LoadOverride | None, name: str = "") -> Any:
+        settings = self.settings
+        # --backend-config=default-max-batch-size (global) and =<backend>,default-max-batch-size, by backend.
+        default_mbs = {
+            backend: int(values["default-max-batch-size"])
+            for backend, values in settings.backend_config.items()
+            if "default-max-batch-size" in values
+        }
+        if override is not None and override.config_json is not None:
+            parsed = config_from_json(override.config_json, model_dir.name)
+            return complete_model_config(
+                parsed,
+                model_dir,
+                source="the config override of the load request",
+                auto_complete=settings.auto_complete,
+                default_max_batch_size=default_mbs,
+                gpu_count=settings.gpu_count,
+                model_name=name,
+                backend_config=settings.backend_config,
+            )
+        return load_model_config(
+            model_dir,
+            config_name=settings.config_name,
+            auto_complete=settings.auto_complete,
+            default_max_batch_size=default_mbs,
+            gpu_count=settings.gpu_count,
+            served_name=name,
+            backend_config=settings.backend_config,
+        )
+
+    async def _load(self, name: str, scanned: dict[str, list[Path]], override: LoadOverride | None) -> None:
+        if self._started is not None:
+            self._started.add(name)
+        entry = self.models.setdefault(name, ModelEntry(name))
+        dirs = scanned.get(name, [])
+        holder: tempfile.TemporaryDirectory[str] | None = None
+        try:
+            if override is not None and override.files:
+                holder, model_dir = await asyncio.to_thread(write_model_files, name, override.files)
+                dirs = [model_dir]
+            else:
+                model_dir = self._model_dir(name, dirs)
+            seen = await self._look(dirs)
+            if override is None and entry.retained is not None and entry.retained[1] == seen:
+                override = LoadOverride(
+                    config_json=entry.retained[0]
+                )  # the files are those it was loaded from
+            elif override is None:
+                entry.seen = seen
+            config = await asyncio.to_thread(self._read_config, model_dir, override, name)
+            # Off the event loop: the first model of a backend imports its framework (torch, openvino: seconds).
+            backend = None if is_ensemble(config) else await asyncio.to_thread(backend_for, config)
+            if backend is None:
+                composing = await self._load_composing(name, config, scanned)
+        except ModelhostError as e:
+            if holder is not None:
+                holder.cleanup()
+            if not dirs and not entry.serving():
+                del self.models[name]  # no such model: nothing to record (and no effect on readiness)
+            else:
+                self._record_failure(entry, str(e))
+            # Triton's words first (clients match on them), then the reason, which Triton leaves to its log.
+            raise InvalidArgument(
+                f"failed to load '{name}', failed to poll from model repository: {e}"
+            ) from e
+        fp = seen[1]
+        assert fp is not None  # one directory
+        wanted = select_versions(config, list(fp.versions))
+        if not wanted:
+            if holder is not None:
+                holder.cleanup()
+            message = f"at least one version must be available under the version policy of model '{name}'"
+            self._record_failure(entry, message)
+            raise InvalidArgument(f"load failed for model '{name}': {message}")
+
+        regroup: set[int] = set()  # kept versions whose instances change in place (instance_update.py)
+
+        def reusable(version: int) -> VersionEntry | None:
+            old = entry.versions.get(version)
+            if (
+                (override is None or not override.files)
+                and not entry.overridden
+                and old is not None
+                and old.state == ModelState.READY
+                and entry.model_dir == model_dir
+                and entry.shared_besides_config == fp.shared_besides_config
+                and old.fingerprint == fp.versions.get(version)
+            ):
+                if _same_but_version_policy(entry.config, config):
+                    # What the kept version reports (GET config) follows the new policy.
+                    if old.model is not None:
+                        old.model.config.version_policy.CopyFrom(config.version_policy)
+                    return old
+                if self._regroups_in_place(old.model, entry.config, config):
+                    regroup.add(version)
+                    return old
+            return None
+
+        built: dict[int, VersionEntry] = {}
+        failures: dict[int, str] = {}
+        out_of_memory = False  # a version failed for want of memory: the load fails with OutOfMemory
+        present = [v for v in wanted if v in fp.versions]
+        newly_built = False
+        config_changed = entry.config != config  # before a kept version takes the new version policy
+        for version in wanted:
+            kept = reusable(version)
+            if kept is not None and version in regroup:
+                assert kept.model is not None
+                try:
+                    await self._regroup(kept.model, config, backend)
+                except Exception as e:  # the version serves on as it was
+                    failures[version] = str(_load_error(name, version, e))
+                else:
+                    built[version] = kept
+            elif kept is not None:
+                built[version] = kept
+            elif version not in fp.versions and present:
+                # As Triton: a version the policy names that has no directory is skipped with an error in the
+                # log; the others load (the load fails only when none of them is there).
+                log.error(
+                    "version %d is specified for model '%s', but the version directory is not present",
+                    version,
+                    name,
+                )
+            elif version not in fp.versions:
+                failures[version] = f"version {version} not found in {model_dir}"
+            else:
+                try:
+                    if backend is None:
+                        model = _fault_as_error(
+                            self._build_ensemble, name, version, model_dir, config, composing
+                        )
+                    else:
+                        model = await self._build(name, version, model_dir, config, backend)
+                except ModelhostError as e:
+                    failures[version] = str(e)
+                    out_of_memory = out_of_memory or isinstance(e, OutOfMemory)
+                else:
+                    built[version] = VersionEntry(version, ModelState.READY, "", model, fp.versions[version])
+                    newly_built = True
+        for version, reason in failures.items():
+            log.error("failed to load '%s' version %d: %s", name, version, reason)
+
+        if failures and entry.serving():
+            # A failed update: what served before keeps serving; what was built for it is closed.
+            for version, ventry in built.items():
+                if ventry is not entry.versions.get(version) and ventry.model is not None:
+                    self._retire([ventry.model], None)
+            for version, reason in failures.items():
+                old = entry.versions.get(version)
+                if old is None or old.state != ModelState.READY:
+                    entry.versions[version] = VersionEntry(version, ModelState.UNAVAILABLE, reason)
+            if holder is not None:
+                holder.cleanup()
+            log.error("failed to reload '%s': the versions loaded before keep serving", name)
+            raise self._failure(name, failures, out_of_memory)
+
+        # Triton logs a load that changed anything (a version built or retired, or only its configuration).
+        changed = newly_built or config_changed or set(entry.serving_versions()) != set(built)
+        # Commit: one step, with no await, so every request sees either the old versions or the new ones.
+        retired = [
+            v.model for v in entry.versions.values() if v.model is not None and built.get(v.version) is not v
+        ]
+        for version, ventry in entry.versions.items():
+            if version not in built and version not in failures and ventry.state == ModelState.READY:
+                ventry.state = ModelState.UNLOADING
+                built[version] = ventry  # shown as UNLOADING, then "unloaded"
+            elif version not in built and version not in failures and ventry.state != ModelState.UNLOADING:
+                built[version] = VersionEntry(version, ModelState.UNAVAILABLE, UNLOADED)
+        for version, reason in failures.items():
+            built[version] = VersionEntry(version, ModelState.UNAVAILABLE, reason)
+        for ventry in built.values():
+            if ventry.state == ModelState.READY:
+                ventry.reason = ""  # a kept version may carry the reason of an earlier failed reload
+        old_holder = entry.override_dir
+        entry.versions = dict(sorted(built.items()))
+        entry.model_dir, entry.config, entry.error = model_dir, config, ""
+        entry.shared_fingerprint = fp.shared
+        entry.shared_besides_config = fp.shared_besides_config
+        entry.overridden = override is not None and bool(override.files)
+        retained_json = override.config_json if override is not None and not override.files else None
+        entry.retained = (retained_json, seen) if retained_json is not None else None
+        entry.override_dir = holder
+        self._retire(retired, old_holder)
+        if failures:
+            raise self._failure(name, failures, out_of_memory)
+        if changed:
+            log.info("successfully loaded '%s'", name)  # Triton's line, once per load that changed the model
+
+    @staticmethod
+    def _failure(name: str, failures: dict[int, str], out_of_memory: bool) -> ModelhostError:
+        states = "; ".join(f"version {v} is at UNAVAILABLE state: {r}" for v, r in failures.items())
+        message = f"load failed for model '{name}': {states}"
+        return OutOfMemory(message) if out_of_memory else InvalidArgument(message)
+
+    def _record_failure(self, entry: ModelEntry, reason: str) -> None:
+        serving = entry.serving()
+        if serving:
+            log.error(
+                "failed to reload '%s': %s (the versions loaded before keep serving)", entry.name, reason
+            )
+            for ventry in serving:  # in the index: still READY, and why the update did not happen
+                ventry.reason = f"a reload failed: {reason}"
+            return
+        entry.error = reason
+        entry.versions = {}
+        log.error("failed to load '%s': %s", entry.name, reason)
+
+    # -- ensembles ---------------------------------------------------------------------------------------------
+
+    async def _load_composing(self, name: str, config: Any, scanned: dict[str, list[Path]]) -> dict[str, Any]:
+        """Load the models an ensemble's steps name, where not already serving (as Triton does, in every
+        mode), and return their configs. A cycle of ensembles fails here rather than waiting on itself."""
+        cycle = self._ensemble_cycle(name, config, scanned)
+        if cycle:
+            # Triton's words: the start, "...", the ensemble whose step names the start, the start again.
+            raise ModelConfigError(
+                f"circular dependency between ensembles: {name} -> ... -> {cycle[-2]} -> {name}"
+            )
+        configs: dict[str, Any] = {}
+        for step in config.ensemble_scheduling.step:
+            dependency = step.model_name
+            if dependency in configs:
+                continue
+            # Triton's words when a composing model cannot serve; then why, which Triton leaves to its log.
+            unavailable = f"ensemble {name} contains models that are not available or ambiguous: {dependency}"
+            self._waiting[name] = dependency  # until it loads (removed below, or on the next successful load)
+            if dependency not in scanned and dependency not in self.models:
+                raise ModelConfigError(unavailable)
+            async with self._lock(dependency):
+                entry = self.models.get(dependency)
+                tried = self._started is not None and dependency in self._started
+                if tried and (entry is None or not entry.serving()):
+                    # It failed earlier in this start (and said why): not loaded, nor logged, twice.
+                    raise ModelConfigError(unavailable)
+                if entry is None or not entry.serving():
+                    try:
+                        await self._load(dependency, scanned, None)
+                        self.models[dependency].for_ensemble = True
+                    except ModelhostError as e:
+                        raise ModelConfigError(f"{unavailable} ({e})") from e
+                entry = self.models[dependency]
+            loaded = {v.version for v in entry.serving()}
+            for required in {
+                s.model_version for s in config.ensemble_scheduling.step if s.model_name == dependency
+            }:
+                if required >= 0 and required not in loaded:
+                    raise ModelConfigError(
+                        f"ensemble '{name}' depends on '{dependency}' whose required version {required} is not loaded."
+                    )
+            configs[dependency] = entry.config
+        self._waiting.pop(name, None)
+        return configs
+
+    def _ensemble_cycle(self, name: str, config: Any, scanned: dict[str, list[Path]]) -> list[str]:
+        """The names along a cycle through `name` of ensembles naming each other, or [] (read from the config
+        files alone: the models on the cycle cannot be loaded to find out)."""
+
+        def walk(model: str, steps: list[str], path: list[str]) -> list[str]:
+            for step in steps:
+                if step == name:
+                    return [*path, model, step]
+                if step not in path and step != model:
+                    found = walk(step, self._steps_in_files(step, scanned), [*path, model])
+                    if found:
+                        return found
+            return []
+
+        return walk(name, [s.model_name for s in config.ensemble_scheduling.step], [])
+
+    def _steps_in_files(self, model: str, scanned: dict[str, list[Path]]) -> list[str]:
+        """The models an ensemble's steps name, read from its config file alone ([] for other models, or where
+        the file cannot be read: its own load reports that)."""
+        dirs = scanned.get(model, [])
+        path = config_path(dirs[0], self.settings.config_name) if len(dirs) == 1 else None
+        if path is None:
+            return []
+        try:
+            found = read_config(path, model)
+        except ModelhostError:
+            return []
+        return [s.model_name for s in found.ensemble_scheduling.step]
+
+    def _build_ensemble(
+        self, name: str, version: int, model_dir: Path, config: Any, composing: dict[str, Any]
+    ) -> LoadedModel:
+        started = time.monotonic()
+        plan = EnsemblePlan(config, composing)
+        # Triton decides it from the steps and sets it, false included: the (empty) message is in the config.
+        config.model_transaction_policy.SetInParent()
+        config.model_transaction_policy.decoupled = plan.decoupled
+        model = LoadedModel(
+            name,
+            version,
+            config,
+            model_dir,
+            InstancePool([]),
+            ensemble=EnsembleScheduler(plan, config, self.services),
+        )
+        self._ensemble_labels(model, config, composing)
+        # A decoupled ensemble is not cached (as a decoupled model: refused at load by Triton).
+        model.stats.cached = (
+            self.settings.response_cache and bool(config.response_cache.enable) and not plan.decoupled
+        )
+        model.stats.load_duration_s = time.monotonic() - started
+        log.info("loaded '%s' version %d", name, version)
+        return model
+
+    def _ensemble_labels(self, model: LoadedModel, config: Any, composing: dict[str, Any]) -> None:
+        """An ensemble output without labels of its own classifies with those of the composing model's output
+        it comes from, as Triton completes an ensemble's label provider at load."""
+        for step in config.ensemble_scheduling.step:
+            entry = self.models.get(step.model_name)
+            if entry is None or entry.model_dir is None:
+                continue
+            for produced, tensor in step.output_map.items():
+                if model.labels.get(tensor):
+                    continue
+                spec = next((o for o in composing[step.model_name].output if o.name == produced), None)
+                if tensor in model.labels and spec is not None and spec.label_filename:
+                    model.labels[tensor] = read_labels(entry.model_dir, spec.label_filename)
+
+    async def _unload_dependents(self, name: str) -> None:
+        """An ensemble cannot serve without its composing models: unloading one unloads the ensembles using it,
+        as in Triton (with or without `unload_dependents`), until it is back."""
+        for dependent in self.dependents(name):
+            async with self._lock(dependent):
+                entry = self.models.get(dependent)
+                if entry is not None and entry.serving():
+                    log.info("unloading ensemble '%s': its composing model '%s' is unloaded", dependent, name)
+                    self._unload(entry)
+                    self._orphans.add(dependent)
+
+    async def _reload_orphans(self) -> None:
+        """Load again the ensembles unloaded for a composing model, and those that failed for want of one, once
+        what they need serves."""
+        for name, dependency in sorted(self._waiting.items()):
+            entry = self.models.get(dependency)
+            if entry is not None and entry.serving():
+                del self._waiting[name]
+                async with self._lock(name):
+                    await self._load_quietly(name, self.scan())
+        scanned: dict[str, list[Path]] | None = None
+        for name in sorted(self._orphans):
+            entry = self.models.get(name)
+            steps = [] if entry is None or entry.config is None else entry.config.ensemble_scheduling.step
+            if not all((m := self.models.get(s.model_name)) is not None and m.serving() for s in steps):
+                continue
+            self._orphans.discard(name)
+            scanned = self.scan() if scanned is None else scanned
+            async with self._lock(name):
+                await self._load_quietly(name, scanned)
+
+    def dependents(self, name: str) -> list[str]:
+        """The loaded ensembles with a step naming `name`, and those naming them, and so on."""
+        found: list[str] = []
+        todo = [name]
+        while todo:
+            current = todo.pop()
+            for entry in self.models.values():
+                if entry.name in found or not entry.serving() or not is_ensemble(entry.config):
+                    continue
+                if any(s.model_name == current for s in entry.config.ensemble_scheduling.step):
+                    found.append(entry.name)
+                    todo.append(entry.name)
+        return found
+
+    async def _build(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
+        """Load one version (its instances, then warmup), retried --model-load-retry-count times."""
+        attempts = 1 + max(0, self.settings.load_retries)
+        log.info("loading: %s:%d", name, version)  # Triton's line, which log scrapers wait for
+        for attempt in range(1, attempts + 1):
+            started = time.monotonic()
+            try:
+                async with self._load_slots:
+                    if self.settings.memory_budget is None:
+                        model = await self._build_measured(name, version, model_dir, config, backend)
+                    else:
+                        async with self._budget_lock:
+                            model = await self._build_within_budget(name, version, model_dir, config, backend)
+            except Exception as e:  # a backend fault at load fails this version only
+                error = _load_error(name, version, e)
+                if isinstance(error, OutOfMemory):
+                    attempts = attempt  # more memory will not appear by trying again
+            else:
+                model.stats.load_duration_s = time.monotonic() - started
+                log.info("loaded '%s' version %d (%.2f s)", name, version, time.monotonic() - started)
+                return model
+            if attempt < attempts:
+                log.warning(
+                    "loading '%s' version %d failed (attempt %d of %d): %s",
+                    name,
+                    version,
+                    attempt,
+                    attempts,
+                    error,
+                )
+        raise error
+
+    def _devices(self, config: Any) -> list[int]:
+        return sorted({device for group, _, device in _instance_plan(config, self.settings.gpu_count)
+                       if group.kind == group.KIND_GPU}) if self.settings.gpu_count else []  # fmt: skip
+
+    async def _build_measured(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
+        """Build a version and record what it takes: the memory of the process tree before and after."""
+        devices = self._devices(config)
+        before = await asyncio.to_thread(sample, devices)
+        model = await asyncio.to_thread(self._load_version, name, version, model_dir, config, backend)
+        after = await asyncio.to_thread(sample, devices)
+        footprint = Footprint.between(before, after)
+        model.stats.memory_bytes = footprint.host
+        model.stats.gpu_memory_bytes = footprint.gpus
+        self._last_size[name] = footprint.host
+        return model
+
+    def memory_in_use(self, *, besides: str = "") -> int:
+        """Host bytes the loaded model versions take (all but those of `besides`)."""
+        return sum(
+            v.model.stats.memory_bytes
+            for entry in self.models.values()
+            if entry.name != besides
+            for v in entry.versions.values()
+            if v.model is not None
+        )
+
+    async def _build_within_budget(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
+        """Build a version under --model-memory-budget: make room first (idle models, least recently used
+        first) for what it is expected to take, then check what it took. The versions of `name` itself do not
+        count: a reload replaces them."""
+        expected = self._last_size.get(name)
+        if expected is None:
+            expected = await asyncio.to_thread(files_size, model_dir / str(version))
+        # A load that could never fit fails here, before anything is unloaded for it.
+        self._check_fits(name, version, expected, "needs at least")
+        await self._make_room(expected, besides=name)
+        model = await self._build_measured(name, version, model_dir, config, backend)
+        needed = model.stats.memory_bytes
+        try:
+            self._check_fits(name, version, needed, "takes")
+            await self._make_room(needed, besides=name)
+            self._check_fits(name, version, needed, "takes", unloadable=False)
+        except OutOfMemory:
+            await asyncio.to_thread(model.close)
+            raise
+        return model
+
+    def _check_fits(
+        self, name: str, version: int, needed: int, verb: str, *, unloadable: bool = True
+    ) -> None:
+        """Raise OutOfMemory when `needed` more bytes cannot fit in the budget, even once every model that may
+        be unloaded is (`unloadable`), or as things stand."""
+        budget = self.settings.memory_budget
+        assert budget is not None
+        kept = self.memory_in_use(besides=name)
+        if unloadable:
+            kept -= sum(
+                v.model.stats.memory_bytes
+                for e in self.models.values()
+                if self._unloadable(e, name)
+                for v in e.serving()
+                if v.model is not None
+            )
+        if kept + needed > budget:
+            raise OutOfMemory(
+                f"model '{name}' version {version} {verb} {needed} bytes of memory and does not fit in "
+                f"--model-memory-budget={budget}: {kept} bytes are taken by models that cannot be unloaded "
+                "(pinned with --load-model, in use, or used by a loaded ensemble)"
+            )
+
+    # -- making room: the memory budget and idle models -----------------------------------------------------
+
+    def _last_used_ms(self, entry: ModelEntry) -> int:
+        return max(
+            (max(v.model.stats.last_inference_ms, v.model.loaded_at_ms) for v in entry.serving() if v.model),
+            default=0,
+        )
+
+    def _unloadable(self, entry: ModelEntry, besides: str) -> bool:
+        """Whether a model may be unloaded to make room or for idleness: loaded in explicit mode, not pinned,
+        not loading or unloading, no request queued or in flight, and no loaded ensemble using it."""
+        if self.mode != "explicit" or entry.name in (besides, *self.pinned):
+            return False
+        serving = entry.serving()
+        if (
+            not serving
+            or self._lock(entry.name).locked()
+            or entry.config is None
+            or is_ensemble(entry.config)
+        ):
+            return False
+        if any(v.model is not None and v.model.busy for v in serving):
+            return False
+        return not self.dependents(entry.name)
+
+    async def _make_room(self, needed: int, *, besides: str) -> None:
+        """Unload idle models, least recently used first, until `needed` more bytes fit in the budget or
+        nothing more may be unloaded."""
+        budget = self.settings.memory_budget
+        assert budget is not None
+        while self.memory_in_use(besides=besides) + needed > budget:  # never true without candidates left
+            candidates = [e for e in self.models.values() if self._unloadable(e, besides)]
+            if not candidates:
+                return
+            victim = min(candidates, key=self._last_used_ms)
+            freed = sum(v.model.stats.memory_bytes for v in victim.serving() if v.model is not None)
+            log.info(
+                "unloading '%s' (%d bytes, least recently used) to make room for '%s' under "
+                "--model-memory-budget=%d",
+                victim.name,
+                freed,
+                besides,
+                budget,
+            )
+            await self._unload_now(victim.name)
+
+    async def _unload_now(self, name: str) -> None:
+        """Unload a model and wait until its versions are closed (their memory given back)."""
+        async with self._lock(name):
+            entry = self.models.get(name)
+            task = self._unload(entry) if entry is not None else None
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def unload_idle(self, idle_s: float) -> list[str]:
+        """Unload the models no request used for `idle_s` seconds (--model-idle-unload-secs)."""
+        now_ms = time.time() * 1000
+        idle = [
+            e.name
+            for e in list(self.models.values())
+            if self._unloadable(e, "") and now_ms - self._last_used_ms(e) >= idle_s * 1000
+        ]
+        for name in idle:
+            entry = self.models.get(name)
+            if entry is not None and self._unloadable(entry, ""):
+                log.info("unloading '%s': no request for %g s (--model-idle-unload-secs)", name, idle_s)
+                await self._unload_now(name)
+        return idle
+
+    async def unload_idle_forever(self, idle_s: float) -> None:
+        interval = min(max(idle_s / 4, 0.1), 5.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.unload_idle(idle_s)
+            except Exception:  # must never end the watch
+                log.exception("failed to unload idle models")
+
+    async def load_on_demand(self, name: str, version: str) -> LoadedModel:
+        """The version serving a request for `name`, loaded first where the model is in a repository but not
+        loaded (--model-load-on-demand, and models registered by SageMaker's POST /models). Concurrent
+        requests for it wait for the one load. Raises NotFound for a model in no repository."""
+        scanned = self.scan()
+        if name not in scanned:
+            await self.sync(strict=False)
+            scanned = self.scan()
+            if name not in scanned:
+                return self.get(name, version)  # Triton's error for an unknown model
+        started = time.monotonic_ns()
+        async with self._lock(name):
+            entry = self.models.get(name)
+            if entry is not None and entry.error and entry.seen == await self._look(scanned[name]):
+                # Its files have not changed since its config failed: the same answer, without loading again.
+                raise InvalidArgument(f"failed to load '{name}': {entry.error}")
+            if entry is None or not entry.serving():
+                log.info("loading '%s' on demand", name)
+                await self._load(name, scanned, None)
+        model = self.get(name, version)
+        model.stats.cold_start.add(time.monotonic_ns() - started)
+        return model
+
+    def _context(self, name: str, version: int, model_dir: Path, config: Any, backend: Any) -> BackendContext:
+        backend_config = self.settings.backend_settings(backend.name)
+        return BackendContext(
+            model_name=name,
+            version=version,
+            model_dir=model_dir,
+            version_dir=model_dir / str(version),
+            config=config,
+            backend_config=backend_config,
+            total_instances=len(_instance_plan(config, self.settings.gpu_count)),
+            gpu_count=self.settings.gpu_count,
+            gpu_memory=self.settings.gpu_memory,
+            services=self.services,
+        )
+
+    def _new_instances(
+        self, ctx: BackendContext, backend: Any, plan: list[tuple[Any, int, int]]
+    ) -> list[ModelInstance]:
+        """Build the plan's instances and warm them up (before they serve, as in Triton); closed on failure."""
+        instances: list[ModelInstance] = _built_instances(backend, ctx, plan)
+        try:
+            for group, index, device in plan:
+                # Triton's line for a new instance (its backends', in their words)
+                log.info(
+                    "TRITONBACKEND_ModelInstanceInitialize: %s_%d (%s device %d)",
+                    group.name,
+                    index,
+                    "GPU" if group.kind == group.KIND_GPU else "CPU",
+                    device,
+                )
+                if group.kind == group.KIND_GPU:
+                    # After the instance exists, as tritonserver checks (for every backend): its own memory
+                    # counts against --model-load-gpu-limit.
+                    check_load_limit(self.settings.gpu_memory, f"{group.name}_{index}", device)
+            run_warmup(ctx.config, ctx.model_dir, instances)
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
+        return instances
+
+    def _needs(self, plan: list[tuple[Any, int, int]]) -> list[InstanceNeeds] | None:
+        limiter = self.settings.rate_limiter
+        return [needs_of(group, device) for group, _, device in plan] if limiter is not None else None
+
+    def _load_version(
+        self, name: str, version: int, model_dir: Path, config: Any, backend: Any
+    ) -> LoadedModel:
+        plan = _instance_plan(config, self.settings.gpu_count)
+        instances = self._new_instances(
+            self._context(name, version, model_dir, config, backend), backend, plan
+        )
+        try:
+            # fails where the limiter cannot serve them
+            pool = InstancePool(instances, self.settings.rate_limiter, self._needs(plan))
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
+        model = LoadedModel(name, version, config, model_dir, pool)
+        model.placements = [(signature(g, d), i) for (g, _, d), i in zip(plan, instances, strict=True)]
+        model.stats.cached = self.settings.response_cache and bool(config.response_cache.enable)
+        return model
+
+    # -- instance updates --------------------------------------------------------------------------------------
+
+    def _regroups_in_place(self, model: LoadedModel | None, old: Any, new: Any) -> bool:
+        """Whether a reload from config `old` to `new` adds and removes instances of the serving `model` instead
+        of loading it anew (instance_update.py): only the instance groups changed, and whether the rate limiter
+        governs its instances stays as it was."""
+        if model is None or model.ensemble is not None or not only_instance_groups_differ(old, new):
+            return False
+        needs = self._needs(_instance_plan(new, self.settings.gpu_count))
+        return model.pool.rate_limited == (needs is not None and any(n.resources for n in needs))
+
+    async def _regroup(self, model: LoadedModel, config: Any, backend: Any) -> None:
+        """Add and remove instances of a serving version for the instance groups of `config`. The version serves
+        throughout; nothing changes when a new instance fails to load or the rate limiter cannot serve it."""
+        plan = _instance_plan(config, self.settings.gpu_count)
+        change = plan_change(model.placements, plan, model.sequences_by_instance())
+        taken = {i.name for i in model.pool.instances}
+        add = [(group, free_index(group, index, taken), device) for group, index, device in change.add]
+        added: list[ModelInstance] = []
+        if add:
+            ctx = self._context(model.name, model.version, model.model_dir, config, backend)
+            async with self._load_slots:
+                added = await asyncio.to_thread(self._new_instances, ctx, backend, add)
+            try:
+                model.add_instances(added, self._needs(add))
+            except BaseException:
+                await asyncio.to_thread(_close_all, added)
+                raise
+        # The load returns once the removed instances are closed, but for those that serve sequences to their
+        # end: they close in the background.
+        holding = model.sequences_by_instance()
+        retiring = model.retire_instances(change.remove)
+        model.placements = change.kept + [
+            (signature(g, d), i) for (g, _, d), i in zip(add, added, strict=True)
+        ]
+        model.config.CopyFrom(config)
+        log.info(
+            "updated the instances of '%s' version %d: %d added, %d removed",
+            model.name,
+            model.version,
+            len(added),
+            len(change.remove),
+        )
+        now = [t for t, i in zip(retiring, change.remove, strict=True) if not holding.get(id(i), 0)]
+        for task in retiring:
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+        if now:
+            await asyncio.gather(*now)
+
+    # -- unloading ---------------------------------------------------------------------------------------------
+
+    def _unload(self, entry: ModelEntry) -> asyncio.Task[None] | None:
+        """Stop serving every version of a model; the task that closes them (None: nothing to close)."""
+        retired: list[LoadedModel] = []
+        for ventry in entry.versions.values():
+            if ventry.state == ModelState.READY and ventry.model is not None:
+                ventry.state = ModelState.UNLOADING
+                retired.append(ventry.model)
+            elif ventry.state != ModelState.UNLOADING:
+                ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED
+        if entry.error:
+            entry.error = ""
+            entry.versions = {}
+        entry.overridden = False
+        entry.retained = None
+        holder, entry.override_dir = entry.override_dir, None
+        return self._retire(retired, holder)
+
+    def _retire(
+        self, models: list[LoadedModel], holder: tempfile.TemporaryDirectory[str] | None
+    ) -> asyncio.Task[None] | None:
+        """Close models that no longer take requests, each once its last request is answered."""
+        if not models and holder is None:
+            return None
+
+        async def run() -> None:
+            for model in models:
+                await model.drained()
+                try:
+                    await asyncio.to_thread(model.close)
+                except Exception:
+                    log.exception("failed to close '%s' version %d", model.name, model.version)
+                log.info("successfully unloaded '%s' version %d", model.name, model.version)
+                entry = self.models.get(model.name)
+                ventry = entry.versions.get(model.version) if entry is not None else None
+                if ventry is not None and ventry.model is model:
+                    ventry.model = None
+                    ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED
+            if holder is not None:
+                holder.cleanup()
+            await asyncio.to_thread(release_free_memory)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+        return task
+
+    # -- lookups -----------------------------------------------------------------------------------------------
+
+    def get(self, name: str, version: str = "") -> LoadedModel:
+        """The version that serves a request, with Triton's messages when there is none."""
+        entry = self.models.get(name)
+        if entry is None:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        if version:
+            ventry = entry.versions.get(int(version)) if version.isdigit() else None
+            if ventry is None:
+                raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+            if ventry.state != ModelState.READY or ventry.model is None:
+                raise Unavailable(
+                    f"Request for unknown model: '{name}' version {version} is not at ready state"
+                )
+            return ventry.model
+        for ventry in sorted(entry.versions.values(), key=lambda v: v.version, reverse=True):
+            if ventry.state == ModelState.READY and ventry.model is not None:
+                return ventry.model
+        raise NotFound(f"Request for unknown model: '{name}' has no available versions")
+
+    def ready_versions(self, name: str) -> list[str]:
+        entry = self.models.get(name)
+        if entry is None:
+            return []
+        return [str(v) for v, e in sorted(entry.versions.items()) if e.state == ModelState.READY]
+
+    def ready_models(self) -> list[LoadedModel]:
+        """Every ready model version, by name then version."""
+        return [
+            v.model
+            for _, entry in sorted(self.models.items())
+            for _, v in sorted(entry.versions.items())
+            if v.state == ModelState.READY and v.model is not None
+        ]
+
+    def all_ready(self) -> bool:
+        """Every model that should serve does (versions unloaded on purpose, or being unloaded, do not count, as
+        in Triton, whose readiness right after an unload request is true)."""
+        for entry in self.models.values():
+            if entry.error:
+                return False
+            for v in entry.versions.values():
+                if v.state not in (ModelState.READY, ModelState.UNLOADING) and v.reason != UNLOADED:
+                    return False
+        return True
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str | int]]:
+        """The repository index rows; under --model-memory-budget a loaded version's also says what it takes in
+        memory (`memory_bytes`, modelhost's addition to Triton's fields)."""
+        rows: list[dict[str, str | int]] = []
+        scanned = self.scan()
+        names = set(self.models)
+        if not ready_only:
+            names |= set(scanned)  # models in the repository that were never loaded: their name only
+        for name in sorted(names):
+            entry = self.models.get(name)
+            if (
+                entry is not None
+                and name not in scanned
+                and not any(v.model is not None for v in entry.versions.values())
+            ):
+                continue  # gone from the repository (or loaded from overrides) and unloaded: not listed, as Triton
+            if entry is None or (not entry.error and not entry.versions):
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
+            if entry.error:
+                if not ready_only:
+                    rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": entry.error})
+                continue
+            for version, ventry in entry.versions.items():
+                if ready_only and ventry.state != ModelState.READY:
+                    continue
+                row: dict[str, str | int] = {
+                    "name": name,
+                    "version": str(version),
+                    "state": ventry.state.value,
+                }
+                if ventry.reason:
+                    row["reason"] = ventry.reason
+                if ventry.model is not None and self.settings.memory_budget is not None:
+                    # Only under a budget: rows stay exactly Triton's otherwise (clients compare them whole).
+                    row["memory_bytes"] = ventry.model.stats.memory_bytes
+                rows.append(row)
+        return rows
+
+    def status_rows(self) -> list[tuple[str, str, str]]:
+        """(model, version, status) for the startup table, as Triton prints it."""
+        rows: list[tuple[str, str, str]] = []
+        for item in self.index():
+            if "state" not in item:
+                continue  # not loaded (explicit mode)
+            status = f"{item['state']}" + (f": {item['reason']}" if item.get("reason") else "")
+            rows.append((str(item["name"]), str(item.get("version", "-")), status))
+        return rows
+
+    def backend_rows(self) -> list[tuple[str, str, str]]:
+        """(backend, where it lives, its --backend-config settings) for the backends of the loaded models, as
+        Triton's startup table of backends."""
+        rows: dict[str, tuple[str, str, str]] = {}
+        for entry in self.models.values():
+            if not entry.serving() or is_ensemble(entry.config):
+                continue
+            name = entry.config.backend or entry.config.platform
+            settings = self.settings.backend_settings(name)
+            config = json.dumps({"cmdline": settings}, sort_keys=True) if settings else "{}"
+            rows.setdefault(name, (name, backend_module(name), config))
+        return sorted(rows.values())
+
+    def busy_versions(self) -> list[tuple[str, int, int]]:
+        """(model, version, requests in flight) of the loaded versions with requests queued or running."""
+        return [
+            (entry.name, version, ventry.model.in_flight)
+            for entry in self.models.values()
+            for version, ventry in entry.versions.items()
+            if ventry.model is not None and ventry.model.busy
+        ]
+
+    def close(self) -> None:
+        for entry in self.models.values():
+            for ventry in entry.versions.values():
+                if ventry.model is not None:
+                    ventry.model.close()
+                    ventry.model = None
+                    log.info("successfully unloaded '%s' version %d", entry.name, ventry.version)
+                ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED
+            if entry.override_dir is not None:
+                entry.override_dir.cleanup()
+                entry.override_dir = None
+
+
+def _built_instances(backend: Any, ctx: BackendContext, plan: list[tuple[Any, int, int]]) -> list[Any]:
+    """The instances of the plan, in its order: built one after the other, or all at once on threads of their
+    own for a backend with `parallel_instances` (a python model's instances each initialize in their own
+    process), as Triton builds them. Where one fails, those built are closed and its error raised."""
+    if len(plan) < 2 or not getattr(backend, "parallel_instances", False):
+        built: list[Any] = []
+        try:
+            for group, index, device in plan:
+                built.append(backend.load_instance(ctx, group, index, device))
+        except BaseException:
+            for instance in built:
+                instance.close()
+            raise
+        return built
+    with concurrent.futures.ThreadPoolExecutor(
+        len(plan), thread_name_prefix=f"load-{ctx.model_name}"
+    ) as pool:
+        futures = [pool.submit(backend.load_instance, ctx, g, i, d) for g, i, d in plan]
+        concurrent.futures.wait(futures)
+    errors = [e for e in (f.exception() for f in futures) if e is not None]
+    if errors:
+        for future in futures:
+            if future.exception() is None:
+                future.result().close()
+        raise errors[0]
+    return [future.result() for future in futures]
+
+
+def _close_all(instances: list[ModelInstance]) -> None:
+    for instance in instances:
+        instance.close()
+
+
+def _same_but_version_policy(old: Any, new: Any) -> bool:
+    """Triton loads a serving version again on a configuration change other than its version_policy (and its
+    instance groups, which it updates in place: `_regroup`)."""
+    if old is None:
+        return False
+    if old.version_policy == new.version_policy:
+        return bool(old == new)
+    left, right = type(old)(), type(new)()
+    left.CopyFrom(old)
+    right.CopyFrom(new)
+    left.ClearField("version_policy")
+    right.ClearField("version_policy")
+    return bool(left == right)
+
+
+__all__ = [
+    "ControlMode",
+    "LoadSettings",
+    "ModelConfigError",
+    "ModelRegistry",
+    "ModelState",
+    "select_versions",
+]

@@ -1,0 +1,155 @@
+"""Triton's response cache (`--cache-config local,size=<bytes>` and `response_cache { enable: true }` in a model's
+config): a successful response is kept, and a later request with the same inputs is answered from it without
+running the model.
+
+- The key is a 128-bit BLAKE2b hash of the model's name and version, every input (name, datatype, shape and
+  bytes) and the requested outputs (names and classification counts), so that two requests share an answer only
+  when it would be the same answer.
+- One cache for the whole server, a byte budget, least recently used entries evicted first; an answer larger than
+  the whole budget is not kept. The outputs are copied in (the response's arrays may view a request buffer or a
+  shared-memory region) and served read-only.
+- Only successful responses of models without a sequence batcher or a decoupled transaction policy (refused at
+  load, with Triton's messages); the cache lives on the event loop thread only.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from modelhost.observability.stats import CACHE_FAMILIES
+from modelhost.types import InferenceRequest, InferenceResponse, Tensor
+
+
+# Triton's local cache families (gauges, server-wide): name and help text, in the order render() gives values.
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    size: int  # bytes
+
+
+def parse_cache_config(values: list[str]) -> CacheSettings | None:
+    """`--cache-config <cache>,<setting>=<value>` (repeatable); None when no cache is asked for. Raises ValueError
+    with a message for the command line."""
+    size: int | None = None
+    for value in values:
+        cache, _, setting = value.partition(",")
+        key, equals, raw = setting.partition("=")
+        if cache == "redis":
+            raise ValueError(
+                "the redis response cache is not supported yet: use --cache-config local,size=<bytes>"
+            )
+        if cache != "local" or not equals:
+            raise ValueError(f"invalid --cache-config '{value}': expected local,size=<bytes>")
+        if key != "size":
+            raise ValueError(f"unknown local cache setting '{key}' (the local cache takes size=<bytes>)")
+        if not raw.isdigit():
+            raise ValueError(f"invalid local cache size '{raw}': expected a number of bytes")
+        size = int(raw)
+    return None if size is None else CacheSettings(size)
+
+
+def _tensor_bytes(array: np.ndarray[Any, Any]) -> bytes:
+    if array.dtype == np.object_:  # BYTES: each element with its length, so that boundaries count
+        return b"".join(len(v).to_bytes(4, "little") + bytes(v) for v in array.reshape(-1))
+    return np.ascontiguousarray(array).tobytes()
+
+
+def cache_key(model_name: str, version: str, request: InferenceRequest) -> bytes:
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{model_name}\0{version}\0".encode())
+    for tensor in sorted(request.inputs, key=lambda t: t.name):
+        digest.update(f"{tensor.name}\0{tensor.datatype}\0{tensor.shape}\0".encode())
+        digest.update(_tensor_bytes(tensor.data))
+    for output in request.outputs:
+        digest.update(f"\1{output.name}\0{output.classification}".encode())
+    return digest.digest()
+
+
+@dataclass(slots=True)
+class _Entry:
+    outputs: list[Tensor]
+    nbytes: int
+
+
+def _nbytes(outputs: list[Tensor]) -> int:
+    total = 256
+    for tensor in outputs:
+        data = tensor.data
+        total += 64 + (sum(len(v) for v in data.reshape(-1)) if data.dtype == np.object_ else data.nbytes)
+    return total
+
+
+class ResponseCache:
+    def __init__(self, settings: CacheSettings) -> None:
+        self.size = settings.size
+        self.used = 0
+        self._entries: collections.OrderedDict[bytes, _Entry] = collections.OrderedDict()
+        # The server-wide counters of Triton's local cache metrics (nv_cache_*).
+        self.lookups = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self.lookup_ns = 0
+        self.insertion_ns = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, key: bytes, request: InferenceRequest, version: str) -> InferenceResponse | None:
+        started = time.perf_counter_ns()
+        entry = self._entries.get(key)
+        self.lookups += 1
+        if entry is None:
+            self.misses += 1
+            self.lookup_ns += time.perf_counter_ns() - started
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        self.lookup_ns += time.perf_counter_ns() - started
+        return InferenceResponse(request.model_name, version, request.id, list(entry.outputs))
+
+    def insert(self, key: bytes, response: InferenceResponse) -> None:
+        started = time.perf_counter_ns()
+        outputs = []
+        for tensor in response.outputs:
+            data = np.array(tensor.data, copy=True)
+            data.flags.writeable = False
+            outputs.append(Tensor(tensor.name, tensor.datatype, list(tensor.shape), data))
+        nbytes = _nbytes(outputs)
+        if nbytes <= self.size and key not in self._entries:
+            while self.used + nbytes > self.size and self._entries:
+                _, evicted = self._entries.popitem(last=False)
+                self.used -= evicted.nbytes
+                self.evictions += 1
+            self._entries[key] = _Entry(outputs, nbytes)
+            self.used += nbytes
+        self.insertion_ns += time.perf_counter_ns() - started
+
+    @property
+    def utilization(self) -> float:
+        return self.used / self.size if self.size else 0.0
+
+    def render(self) -> list[str]:
+        """Triton's local cache families for /metrics (durations in microseconds)."""
+        values = (
+            f"{self.utilization:.6f}",
+            str(len(self)),
+            str(self.lookups),
+            str(self.hits),
+            str(self.misses),
+            str(self.evictions),
+            str(self.lookup_ns // 1000),
+            str(self.insertion_ns // 1000),
+        )
+        lines: list[str] = []
+        for (name, help_text), value in zip(CACHE_FAMILIES, values, strict=True):
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
+        return lines
+
+
+__all__ = ["CacheSettings", "ResponseCache", "cache_key", "parse_cache_config"]

@@ -1,0 +1,1 @@
+"""The host: devices, GPU memory, process memory, the CUDA runtime."""

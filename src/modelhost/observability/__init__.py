@@ -1,0 +1,1 @@
+"""What the server tells about itself: logs, statistics, metrics and traces."""

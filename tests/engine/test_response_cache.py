@@ -1,0 +1,71 @@
+"""The response cache's keys, budget and eviction, and its flag."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelhost.engine.response_cache import CacheSettings, ResponseCache, cache_key, parse_cache_config
+from modelhost.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+
+def request(values: list[float], outputs: tuple[str, ...] = ()) -> InferenceRequest:
+    data = np.array([values], dtype=np.float32)
+    return InferenceRequest(
+        "m",
+        inputs=[Tensor("X", "FP32", list(data.shape), data)],
+        outputs=[RequestedOutput(o) for o in outputs],
+    )
+
+
+def response(nbytes: int) -> InferenceResponse:
+    data = np.zeros(nbytes // 4, dtype=np.float32)
+    return InferenceResponse("m", "1", "", [Tensor("Y", "FP32", list(data.shape), data)])
+
+
+def test_keys_differ_by_inputs_shape_and_requested_outputs() -> None:
+    base = cache_key("m", "1", request([1, 2]))
+    assert base == cache_key("m", "1", request([1, 2]))
+    assert base != cache_key("m", "1", request([1, 3]))
+    assert base != cache_key("m", "2", request([1, 2]))
+    assert base != cache_key("m", "1", request([1, 2], ("Y",)))
+
+
+def test_least_recently_used_answers_are_evicted_first() -> None:
+    cache = ResponseCache(CacheSettings(3000))
+    keys = [cache_key("m", "1", request([i])) for i in range(3)]
+    cache.insert(keys[0], response(1000))
+    cache.insert(keys[1], response(1000))
+    assert cache.lookup(keys[0], request([0]), "1") is not None  # 0 is now the most recent
+    cache.insert(keys[2], response(1000))  # over budget: 1 goes
+    assert cache.lookup(keys[1], request([1]), "1") is None
+    assert cache.lookup(keys[0], request([0]), "1") is not None
+    assert cache.evictions == 1 and cache.hits == 2 and cache.misses == 1
+
+
+def test_an_answer_larger_than_the_budget_is_not_kept_and_answers_are_read_only() -> None:
+    cache = ResponseCache(CacheSettings(1000))
+    cache.insert(b"big", response(4000))
+    assert len(cache) == 0
+    cache.insert(b"small", response(16))
+    hit = cache.lookup(b"small", request([0]), "1")
+    assert hit is not None and not hit.outputs[0].data.flags.writeable
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["redis,host=h"], "redis response cache is not supported yet"),
+        (["local,size=abc"], "invalid local cache size"),
+        (["local,color=red"], "unknown local cache setting"),
+        (["other,size=1"], "expected local,size=<bytes>"),
+    ],
+)
+def test_bad_cache_config(values: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_cache_config(values)
+
+
+def test_cache_config() -> None:
+    assert parse_cache_config([]) is None
+    assert parse_cache_config(["local,size=1048576"]) == CacheSettings(1048576)
