@@ -14,7 +14,7 @@ from typing import cast
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.backends.api import BackendServices
 from modelhost.backends.registry import set_backend_directory
-from modelhost.engine.engine import EXTENSIONS, Server
+from modelhost.engine.engine import EXTENSIONS, Engine
 from modelhost.engine.registry.registry import ControlMode, LoadSettings, ModelRegistry
 from modelhost.engine.response_cache import ResponseCache, parse_cache_config
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
@@ -125,7 +125,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     )
     mode = options.model_control_mode
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions
-    server = Server(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
+    server = Engine(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
     server.log_settings = LogSettings(options)
     server.shared_memory = SharedMemoryRegistry(
         allowed=options.allow_client_shm, reserved_prefixes=_reserved_shm_prefixes(options)
@@ -273,7 +273,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     return 0 if drained else EXIT_TIMED_OUT
 
 
-def _log_in_flight(server: Server, deadline: float) -> None:
+def _log_in_flight(server: Engine, deadline: float) -> None:
     busy = server.registry.busy_versions()
     left_s = max(0, round(deadline - time.monotonic()))
     log.info("Timeout %d: Found %d model versions that have in-flight inferences", left_s, len(busy))
@@ -281,14 +281,14 @@ def _log_in_flight(server: Server, deadline: float) -> None:
         log.info("Model '%s' (version %d) has %d in-flight inferences", name, version, count)
 
 
-async def _log_in_flight_every_second(server: Server, deadline: float) -> None:
+async def _log_in_flight_every_second(server: Engine, deadline: float) -> None:
     while True:
         _log_in_flight(server, deadline)
         await asyncio.sleep(1.0)
 
 
 async def _stop(
-    server: Server,
+    server: Engine,
     http_servers: list[asyncio.Server | None],
     connections: set[HttpProtocol],
     frontends: Frontends | None,

@@ -1,10 +1,10 @@
 """The one seam between the frontends and the engine: what a frontend may ask of the engine, in plain data.
 
 Every frontend (HTTP, gRPC, SageMaker) holds an `EngineAPI` and nothing else of the engine: no registry, model,
-scheduler, shared-memory region or tracer. Two things implement it: the engine itself (`modelhost.engine.engine.Server`,
-in the same process, no hop) and, in a frontend process, `modelhost.transport.client.RemoteEngine`, which
-carries each call over the link to the engine process. The shape follows vLLM's `EngineClient`, which has the
-same two implementations.
+scheduler, shared-memory region or tracer. Two things implement it: the engine itself
+(`modelhost.engine.engine.Engine`, in the same process, no hop) and, in a frontend process,
+`modelhost.transport.client.RemoteEngine`, which carries each call over the link to the engine process. The shape
+follows vLLM's `EngineClient`, which has the same two implementations.
 
 What crosses the seam is plain data: requests and responses (`modelhost.types`), JSON-shaped dicts for metadata,
 statistics and settings, the model configuration as its protobuf message, and errors as `ModelhostError`s whose

@@ -19,7 +19,7 @@ import time
 
 import msgspec
 
-from modelhost.engine.engine import Server
+from modelhost.engine.engine import Engine
 from modelhost.frontends.process import FrontendConfig
 from modelhost.options import ServerOptions
 from modelhost.transport.messages import Hello
@@ -191,7 +191,7 @@ class Frontends:
     """HTTP, gRPC and SageMaker served by frontend processes: the engine's end of the link, the reserved ports and
     the supervisor. (The metrics port stays with the engine.)"""
 
-    def __init__(self, options: ServerOptions, server: Server) -> None:
+    def __init__(self, options: ServerOptions, server: Engine) -> None:
         self.options = options
         self.service = EngineService(server, self._hello)
         self.supervisor: FrontendSupervisor | None = None

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fake_engine import DECOUPLED, MODEL, FakeEngine, fp32
-from modelhost.engine.engine import Server
+from modelhost.engine.engine import Engine
 from modelhost.engine_api import CallContext
 from modelhost.errors import DecoupledModel, ModelhostError, NotFound, Unavailable
 from modelhost.transport.client import EngineGone, RemoteEngine, connect
@@ -25,7 +25,7 @@ def linked(test: Callable[[RemoteEngine, FakeEngine, EngineService], Awaitable[N
 
     async def main() -> None:
         fake = FakeEngine()
-        service = EngineService(cast(Server, fake), lambda hello: None)
+        service = EngineService(cast(Engine, fake), lambda hello: None)
         await service.start()
         service.opened.set()
         remote = await connect(service.address, lambda: None, lambda changes: None)
@@ -163,7 +163,7 @@ def test_a_caller_that_gives_up_cancels_its_request() -> None:
 def test_a_log_settings_change_reaches_every_frontend() -> None:
     async def main() -> None:
         fake = FakeEngine()
-        service = EngineService(cast(Server, fake), lambda hello: None)
+        service = EngineService(cast(Engine, fake), lambda hello: None)
         await service.start()
         service.opened.set()
         seen: list[tuple[int, dict[str, Any]]] = []

@@ -40,7 +40,8 @@ Arrays = dict[str, npt.NDArray[Any]]
 
 class EngineHandle(Protocol):
     """What a model that calls other models (python BLS, an ensemble's steps) or manages them may ask of the
-    engine it runs in. The engine implements it (modelhost.engine.engine.Server); backends never import the engine."""
+    engine it runs in. The engine implements it (modelhost.engine.engine.Engine); backends never import the
+    engine."""
 
     tracer: Any  # modelhost.observability.tracing.Tracer: an ensemble's steps are traced as its children
 

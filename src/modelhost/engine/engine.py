@@ -58,7 +58,7 @@ EXTENSIONS = [
 _SHM_AFTER = EXTENSIONS.index("model_configuration") + 1
 
 
-class Server:
+class Engine:
     def __init__(
         self, registry: ModelRegistry, *, server_id: str = "triton", strict_readiness: bool = True
     ) -> None:

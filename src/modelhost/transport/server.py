@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import msgspec
 
-from modelhost.engine.engine import Server
+from modelhost.engine.engine import Engine
 from modelhost.engine_api import RECEIVE_ACTIVITIES, CallContext, WireProtocol
 from modelhost.errors import ModelhostError
 from modelhost.transport.framing import FramedProtocol
@@ -177,7 +177,7 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
             self._answer(ErrorReply(call.call, "INTERNAL", "InternalError", "internal server error"))
 
     async def _stream(
-        self, server: Server, call: int, request: InferenceRequest, context: CallContext | None
+        self, server: Engine, call: int, request: InferenceRequest, context: CallContext | None
     ) -> None:
         async for response in server.infer_stream(request, context):
             error = response.error
@@ -209,7 +209,7 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
 class EngineService:
     """Listens for frontend processes on a Unix socket and serves their calls."""
 
-    def __init__(self, server: Server, on_hello: Callable[[Hello], None]) -> None:
+    def __init__(self, server: Engine, on_hello: Callable[[Hello], None]) -> None:
         self.server = server
         self.hello = on_hello
         self.connections: set[EngineConnection] = set()

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from cuda_stand_in import HostIpc
-from modelhost.engine.engine import Server
+from modelhost.engine.engine import Engine
 from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.shared_memory import CUDA, SharedMemoryRegistry
 from modelhost.frontends.http.protocol import HttpRequest, HttpResponse
@@ -37,7 +37,7 @@ def registry(ipc: HostIpc) -> Iterator[SharedMemoryRegistry]:
 @pytest.fixture
 def routes(registry: SharedMemoryRegistry) -> HttpRoutes:
     # The shared-memory endpoints use nothing of the engine but its shared-memory registry.
-    engine = Server(cast(ModelRegistry, SimpleNamespace()))
+    engine = Engine(cast(ModelRegistry, SimpleNamespace()))
     engine.shared_memory = registry
     return HttpRoutes(engine, max_input_size=1 << 20)
 
