@@ -15,7 +15,8 @@ from modelhost import TRITON_COMPAT_VERSION
 from modelhost.backends.api import BackendServices
 from modelhost.backends.registry import set_backend_directory
 from modelhost.engine.engine import EXTENSIONS, Engine
-from modelhost.engine.registry.registry import ControlMode, LoadSettings, ModelRegistry
+from modelhost.engine.registry.entries import ControlMode, LoadSettings
+from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.response_cache import ResponseCache, parse_cache_config
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
 from modelhost.engine.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry

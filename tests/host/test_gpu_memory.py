@@ -22,7 +22,8 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.backends.api import BackendContext
 from modelhost.backends.onnxruntime import backend as ort_backend
-from modelhost.engine.registry.registry import LoadSettings, ModelRegistry
+from modelhost.engine.registry.entries import LoadSettings
+from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.errors import Unavailable
 from modelhost.host import gpu_memory
 from modelhost.host.gpu_memory import (

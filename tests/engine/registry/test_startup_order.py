@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import modelhost
-from modelhost.engine.registry.registry import LoadSettings, ModelRegistry
+from modelhost.engine.registry.entries import LoadSettings
+from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.repository.sources import open_repository
 
 EXAMPLES = Path(modelhost.__file__).parent / "examples"

@@ -14,42 +14,56 @@ building runtime sessions, closing them) runs on worker threads. Lifecycle rules
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import enum
-import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from modelhost.backends.api import BackendContext, BackendServices, ModelInstance
-from modelhost.backends.registry import backend_for, backend_module, backend_settings
+from modelhost.backends.registry import backend_for
 from modelhost.config import (
     complete_model_config,
     config_from_json,
-    config_path,
     load_model_config,
-    read_config,
 )
 from modelhost.config.normalize import is_ensemble
 from modelhost.engine.classification import read_labels
 from modelhost.engine.ensemble.plan import EnsemblePlan
 from modelhost.engine.ensemble.scheduler import EnsembleScheduler
 from modelhost.engine.model import LoadedModel
+from modelhost.engine.registry.budget import check_fits, last_used_ms, memory_in_use, serving_bytes
+from modelhost.engine.registry.build import (
+    built_instances,
+    close_all,
+    fault_as_error,
+    instance_plan,
+    load_error,
+    same_but_version_policy,
+)
+from modelhost.engine.registry.ensembles import dependency_layers, dependents, ensemble_cycle, steps_in_files
+from modelhost.engine.registry.entries import (
+    UNLOADED,
+    ControlMode,
+    LoadSettings,
+    ModelEntry,
+    ModelState,
+    VersionEntry,
+    select_versions,
+)
 from modelhost.engine.registry.instance_update import (
     free_index,
     only_instance_groups_differ,
     plan_change,
     signature,
 )
-from modelhost.engine.registry.model_memory import Footprint, files_size, is_out_of_memory, sample
+from modelhost.engine.registry.model_memory import Footprint, files_size, sample
+from modelhost.engine.registry.views import backend_rows, index_rows, status_rows
 from modelhost.engine.registry.warmup import run_warmup
 from modelhost.engine.scheduling.instances import InstancePool
-from modelhost.engine.scheduling.rate_limiter import InstanceNeeds, RateLimiter, needs_of
+from modelhost.engine.scheduling.rate_limiter import InstanceNeeds, needs_of
 from modelhost.errors import (
     InvalidArgument,
     ModelConfigError,
@@ -58,7 +72,7 @@ from modelhost.errors import (
     OutOfMemory,
     Unavailable,
 )
-from modelhost.host.gpu_memory import GpuMemory, check_load_limit
+from modelhost.host.gpu_memory import check_load_limit
 from modelhost.host.memory import release_free_memory
 from modelhost.repository.fingerprint import ModelFingerprint, fingerprint
 from modelhost.repository.layout import model_directories
@@ -66,130 +80,6 @@ from modelhost.repository.overrides import LoadOverride, check_model_name, write
 from modelhost.repository.sources import RepositoryError, RepositorySource
 
 log = logging.getLogger("modelhost.registry")
-
-ControlMode = Literal["none", "poll", "explicit"]
-UNLOADED = "unloaded"
-
-
-class ModelState(enum.StrEnum):
-    READY = "READY"
-    LOADING = "LOADING"
-    UNLOADING = "UNLOADING"
-    UNAVAILABLE = "UNAVAILABLE"
-
-
-@dataclass(slots=True)
-class VersionEntry:
-    version: int
-    state: ModelState = ModelState.LOADING
-    reason: str = ""
-    model: LoadedModel | None = None
-    fingerprint: str = ""  # of the version directory this version was loaded from
-
-
-@dataclass(slots=True)
-class ModelEntry:
-    name: str
-    model_dir: Path | None = None  # where the serving versions were loaded from
-    # A failure before any version could be considered (bad config, duplicate name, no versions).
-    error: str = ""
-    config: Any = None
-    versions: dict[int, VersionEntry] = field(default_factory=dict)
-    shared_fingerprint: str = ""
-    shared_besides_config: str = ""  # the fingerprint of the shared files but the configuration
-    # Loaded with file overrides: its files are not the repository's, so an unchanged repository is no reason
-    # to keep it on the next load.
-    overridden: bool = False
-    # Loaded with a config override alone: the override and what the repository held then. A later load without
-    # one keeps it while the repository is unchanged, as Triton does.
-    retained: tuple[str, Any] | None = None
-    override_dir: tempfile.TemporaryDirectory[str] | None = None
-    # What the last load attempt saw (success or failure): a poll retries a model only when this changes.
-    seen: tuple[tuple[Path, ...], ModelFingerprint | None] | None = None
-    # Loaded only because an ensemble needed it (not asked for by name): `unload_dependents` on that ensemble
-    # unloads it again, as Triton does.
-    for_ensemble: bool = False
-
-    def serving(self) -> list[VersionEntry]:
-        return [v for v in self.versions.values() if v.state == ModelState.READY and v.model is not None]
-
-    def serving_versions(self) -> list[int]:
-        return [v.version for v in self.serving()]
-
-
-@dataclass(frozen=True, slots=True)
-class LoadSettings:
-    config_name: str | None = None
-    auto_complete: bool = True
-    # --backend-config, by backend name ("" = global settings).
-    backend_config: dict[str, dict[str, str]] = field(default_factory=dict)
-    gpu_count: int = 0
-    gpu_memory: GpuMemory = field(default_factory=GpuMemory)
-    load_threads: int = 4
-    load_retries: int = 0
-    # --rate-limit=execution_count: the server-wide limiter (None: off).
-    rate_limiter: RateLimiter | None = None
-    # --cache-config given: models with `response_cache { enable: true }` use the server's response cache.
-    response_cache: bool = False
-    # --model-memory-budget in bytes: what loaded model versions may take together (None: no budget).
-    memory_budget: int | None = None
-    # --model-load-on-demand (explicit mode): a request for a model of the repositories that is not loaded
-    # loads it first.
-    load_on_demand: bool = False
-
-    def backend_settings(self, backend: str) -> dict[str, str]:
-        return backend_settings(self.backend_config, backend)
-
-
-def select_versions(config: Any, available: list[int]) -> list[int]:
-    """The versions a version policy asks for (Triton's default: the latest one)."""
-    policy = config.version_policy
-    which = policy.WhichOneof("policy_choice")
-    if which == "all":
-        return available
-    if which == "specific":
-        return sorted(int(v) for v in policy.specific.versions)
-    count = max(1, int(policy.latest.num_versions)) if which == "latest" else 1
-    return available[-count:]
-
-
-def _instance_plan(config: Any, gpu_count: int) -> list[tuple[Any, int, int]]:
-    """(group, index within group, device id) for every instance the config asks for."""
-    plan: list[tuple[Any, int, int]] = []
-    for group in config.instance_group:
-        kind = group.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[group.kind].name
-        count = max(1, int(group.count))
-        if kind == "KIND_GPU":
-            gpus = list(group.gpus) or list(range(gpu_count)) or [0]
-            for gpu in gpus:
-                plan.extend((group, i, gpu) for i in range(count))
-        else:
-            plan.extend((group, i, 0) for i in range(count))
-    return plan
-
-
-def _load_error(name: str, version: int, error: BaseException) -> ModelhostError:
-    """A fault while loading a version as the error that fails it: out of memory where it says so."""
-    if isinstance(error, OutOfMemory):
-        return error
-    if isinstance(error, MemoryError):
-        return OutOfMemory(f"MemoryError: out of memory while loading '{name}' version {version}")
-    if isinstance(error, ModelhostError):
-        return OutOfMemory(str(error)) if is_out_of_memory(str(error)) else error
-    log.exception("failed to load '%s' version %d", name, version, exc_info=error)
-    message = f"{type(error).__name__}: {error}"
-    return OutOfMemory(message) if is_out_of_memory(message) else ModelhostError(message)
-
-
-def _fault_as_error(build: Callable[..., LoadedModel], *args: Any) -> LoadedModel:
-    """A fault while building a model version fails that version only, with the fault as its reason."""
-    try:
-        return build(*args)
-    except ModelhostError:
-        raise
-    except Exception as e:
-        log.exception("failed to build model '%s'", args[0])
-        raise ModelhostError(f"{type(e).__name__}: {e}") from e
 
 
 class ModelRegistry:
@@ -376,18 +266,7 @@ class ModelRegistry:
         return tuple(dirs), fp
 
     def _dependency_layers(self, names: list[str], scanned: dict[str, list[Path]]) -> list[list[str]]:
-        """`names` in layers: those naming no other model of `names` first, then those whose steps are all in
-        earlier layers, and so on (what is left, on a cycle, last: its load reports the cycle)."""
-        steps = {name: set(self._steps_in_files(name, scanned)) & set(names) for name in names}
-        layers: list[list[str]] = []
-        placed: set[str] = set()
-        while len(placed) < len(names):
-            layer = [n for n in names if n not in placed and steps[n] <= placed]
-            if not layer:
-                layer = [n for n in names if n not in placed]
-            layers.append(layer)
-            placed.update(layer)
-        return layers
+        return dependency_layers(names, lambda name: self._steps_in_files(name, scanned))
 
     async def _load_quietly(self, name: str, scanned: dict[str, list[Path]]) -> None:
         """A load at startup or from a poll: the failure is recorded and logged, not raised."""
@@ -490,7 +369,7 @@ class ModelRegistry:
                 and entry.shared_besides_config == fp.shared_besides_config
                 and old.fingerprint == fp.versions.get(version)
             ):
-                if _same_but_version_policy(entry.config, config):
+                if same_but_version_policy(entry.config, config):
                     # What the kept version reports (GET config) follows the new policy.
                     if old.model is not None:
                         old.model.config.version_policy.CopyFrom(config.version_policy)
@@ -513,7 +392,7 @@ class ModelRegistry:
                 try:
                     await self._regroup(kept.model, config, backend)
                 except Exception as e:  # the version serves on as it was
-                    failures[version] = str(_load_error(name, version, e))
+                    failures[version] = str(load_error(name, version, e))
                 else:
                     built[version] = kept
             elif kept is not None:
@@ -531,7 +410,7 @@ class ModelRegistry:
             else:
                 try:
                     if backend is None:
-                        model = _fault_as_error(
+                        model = fault_as_error(
                             self._build_ensemble, name, version, model_dir, config, composing
                         )
                     else:
@@ -657,33 +536,10 @@ class ModelRegistry:
         return configs
 
     def _ensemble_cycle(self, name: str, config: Any, scanned: dict[str, list[Path]]) -> list[str]:
-        """The names along a cycle through `name` of ensembles naming each other, or [] (read from the config
-        files alone: the models on the cycle cannot be loaded to find out)."""
-
-        def walk(model: str, steps: list[str], path: list[str]) -> list[str]:
-            for step in steps:
-                if step == name:
-                    return [*path, model, step]
-                if step not in path and step != model:
-                    found = walk(step, self._steps_in_files(step, scanned), [*path, model])
-                    if found:
-                        return found
-            return []
-
-        return walk(name, [s.model_name for s in config.ensemble_scheduling.step], [])
+        return ensemble_cycle(name, config, lambda model: self._steps_in_files(model, scanned))
 
     def _steps_in_files(self, model: str, scanned: dict[str, list[Path]]) -> list[str]:
-        """The models an ensemble's steps name, read from its config file alone ([] for other models, or where
-        the file cannot be read: its own load reports that)."""
-        dirs = scanned.get(model, [])
-        path = config_path(dirs[0], self.settings.config_name) if len(dirs) == 1 else None
-        if path is None:
-            return []
-        try:
-            found = read_config(path, model)
-        except ModelhostError:
-            return []
-        return [s.model_name for s in found.ensemble_scheduling.step]
+        return steps_in_files(scanned.get(model, []), model, self.settings.config_name)
 
     def _build_ensemble(
         self, name: str, version: int, model_dir: Path, config: Any, composing: dict[str, Any]
@@ -757,17 +613,7 @@ class ModelRegistry:
 
     def dependents(self, name: str) -> list[str]:
         """The loaded ensembles with a step naming `name`, and those naming them, and so on."""
-        found: list[str] = []
-        todo = [name]
-        while todo:
-            current = todo.pop()
-            for entry in self.models.values():
-                if entry.name in found or not entry.serving() or not is_ensemble(entry.config):
-                    continue
-                if any(s.model_name == current for s in entry.config.ensemble_scheduling.step):
-                    found.append(entry.name)
-                    todo.append(entry.name)
-        return found
+        return dependents(name, self.models.values())
 
     async def _build(
         self, name: str, version: int, model_dir: Path, config: Any, backend: Any
@@ -785,7 +631,7 @@ class ModelRegistry:
                         async with self._budget_lock:
                             model = await self._build_within_budget(name, version, model_dir, config, backend)
             except Exception as e:  # a backend fault at load fails this version only
-                error = _load_error(name, version, e)
+                error = load_error(name, version, e)
                 if isinstance(error, OutOfMemory):
                     attempts = attempt  # more memory will not appear by trying again
             else:
@@ -804,7 +650,7 @@ class ModelRegistry:
         raise error
 
     def _devices(self, config: Any) -> list[int]:
-        return sorted({device for group, _, device in _instance_plan(config, self.settings.gpu_count)
+        return sorted({device for group, _, device in instance_plan(config, self.settings.gpu_count)
                        if group.kind == group.KIND_GPU}) if self.settings.gpu_count else []  # fmt: skip
 
     async def _build_measured(
@@ -823,13 +669,7 @@ class ModelRegistry:
 
     def memory_in_use(self, *, besides: str = "") -> int:
         """Host bytes the loaded model versions take (all but those of `besides`)."""
-        return sum(
-            v.model.stats.memory_bytes
-            for entry in self.models.values()
-            if entry.name != besides
-            for v in entry.versions.values()
-            if v.model is not None
-        )
+        return memory_in_use(self.models.values(), besides)
 
     async def _build_within_budget(
         self, name: str, version: int, model_dir: Path, config: Any, backend: Any
@@ -863,27 +703,10 @@ class ModelRegistry:
         assert budget is not None
         kept = self.memory_in_use(besides=name)
         if unloadable:
-            kept -= sum(
-                v.model.stats.memory_bytes
-                for e in self.models.values()
-                if self._unloadable(e, name)
-                for v in e.serving()
-                if v.model is not None
-            )
-        if kept + needed > budget:
-            raise OutOfMemory(
-                f"model '{name}' version {version} {verb} {needed} bytes of memory and does not fit in "
-                f"--model-memory-budget={budget}: {kept} bytes are taken by models that cannot be unloaded "
-                "(pinned with --load-model, in use, or used by a loaded ensemble)"
-            )
+            kept -= serving_bytes(e for e in self.models.values() if self._unloadable(e, name))
+        check_fits(name, version, needed, verb, kept, budget)
 
     # -- making room: the memory budget and idle models -----------------------------------------------------
-
-    def _last_used_ms(self, entry: ModelEntry) -> int:
-        return max(
-            (max(v.model.stats.last_inference_ms, v.model.loaded_at_ms) for v in entry.serving() if v.model),
-            default=0,
-        )
 
     def _unloadable(self, entry: ModelEntry, besides: str) -> bool:
         """Whether a model may be unloaded to make room or for idleness: loaded in explicit mode, not pinned,
@@ -911,7 +734,7 @@ class ModelRegistry:
             candidates = [e for e in self.models.values() if self._unloadable(e, besides)]
             if not candidates:
                 return
-            victim = min(candidates, key=self._last_used_ms)
+            victim = min(candidates, key=last_used_ms)
             freed = sum(v.model.stats.memory_bytes for v in victim.serving() if v.model is not None)
             log.info(
                 "unloading '%s' (%d bytes, least recently used) to make room for '%s' under "
@@ -937,7 +760,7 @@ class ModelRegistry:
         idle = [
             e.name
             for e in list(self.models.values())
-            if self._unloadable(e, "") and now_ms - self._last_used_ms(e) >= idle_s * 1000
+            if self._unloadable(e, "") and now_ms - last_used_ms(e) >= idle_s * 1000
         ]
         for name in idle:
             entry = self.models.get(name)
@@ -987,7 +810,7 @@ class ModelRegistry:
             version_dir=model_dir / str(version),
             config=config,
             backend_config=backend_config,
-            total_instances=len(_instance_plan(config, self.settings.gpu_count)),
+            total_instances=len(instance_plan(config, self.settings.gpu_count)),
             gpu_count=self.settings.gpu_count,
             gpu_memory=self.settings.gpu_memory,
             services=self.services,
@@ -997,7 +820,7 @@ class ModelRegistry:
         self, ctx: BackendContext, backend: Any, plan: list[tuple[Any, int, int]]
     ) -> list[ModelInstance]:
         """Build the plan's instances and warm them up (before they serve, as in Triton); closed on failure."""
-        instances: list[ModelInstance] = _built_instances(backend, ctx, plan)
+        instances: list[ModelInstance] = built_instances(backend, ctx, plan)
         try:
             for group, index, device in plan:
                 # Triton's line for a new instance (its backends', in their words)
@@ -1026,7 +849,7 @@ class ModelRegistry:
     def _load_version(
         self, name: str, version: int, model_dir: Path, config: Any, backend: Any
     ) -> LoadedModel:
-        plan = _instance_plan(config, self.settings.gpu_count)
+        plan = instance_plan(config, self.settings.gpu_count)
         instances = self._new_instances(
             self._context(name, version, model_dir, config, backend), backend, plan
         )
@@ -1050,13 +873,13 @@ class ModelRegistry:
         governs its instances stays as it was."""
         if model is None or model.ensemble is not None or not only_instance_groups_differ(old, new):
             return False
-        needs = self._needs(_instance_plan(new, self.settings.gpu_count))
+        needs = self._needs(instance_plan(new, self.settings.gpu_count))
         return model.pool.rate_limited == (needs is not None and any(n.resources for n in needs))
 
     async def _regroup(self, model: LoadedModel, config: Any, backend: Any) -> None:
         """Add and remove instances of a serving version for the instance groups of `config`. The version serves
         throughout; nothing changes when a new instance fails to load or the rate limiter cannot serve it."""
-        plan = _instance_plan(config, self.settings.gpu_count)
+        plan = instance_plan(config, self.settings.gpu_count)
         change = plan_change(model.placements, plan, model.sequences_by_instance())
         taken = {i.name for i in model.pool.instances}
         add = [(group, free_index(group, index, taken), device) for group, index, device in change.add]
@@ -1068,7 +891,7 @@ class ModelRegistry:
             try:
                 model.add_instances(added, self._needs(add))
             except BaseException:
-                await asyncio.to_thread(_close_all, added)
+                await asyncio.to_thread(close_all, added)
                 raise
         # The load returns once the removed instances are closed, but for those that serve sequences to their
         # end: they close in the background.
@@ -1188,67 +1011,18 @@ class ModelRegistry:
         return True
 
     def index(self, ready_only: bool = False) -> list[dict[str, str | int]]:
-        """The repository index rows; under --model-memory-budget a loaded version's also says what it takes in
-        memory (`memory_bytes`, modelhost's addition to Triton's fields)."""
-        rows: list[dict[str, str | int]] = []
-        scanned = self.scan()
-        names = set(self.models)
-        if not ready_only:
-            names |= set(scanned)  # models in the repository that were never loaded: their name only
-        for name in sorted(names):
-            entry = self.models.get(name)
-            if (
-                entry is not None
-                and name not in scanned
-                and not any(v.model is not None for v in entry.versions.values())
-            ):
-                continue  # gone from the repository (or loaded from overrides) and unloaded: not listed, as Triton
-            if entry is None or (not entry.error and not entry.versions):
-                if not ready_only:
-                    rows.append({"name": name})
-                continue
-            if entry.error:
-                if not ready_only:
-                    rows.append({"name": name, "state": ModelState.UNAVAILABLE.value, "reason": entry.error})
-                continue
-            for version, ventry in entry.versions.items():
-                if ready_only and ventry.state != ModelState.READY:
-                    continue
-                row: dict[str, str | int] = {
-                    "name": name,
-                    "version": str(version),
-                    "state": ventry.state.value,
-                }
-                if ventry.reason:
-                    row["reason"] = ventry.reason
-                if ventry.model is not None and self.settings.memory_budget is not None:
-                    # Only under a budget: rows stay exactly Triton's otherwise (clients compare them whole).
-                    row["memory_bytes"] = ventry.model.stats.memory_bytes
-                rows.append(row)
-        return rows
+        """The repository index rows (views.index_rows)."""
+        return index_rows(
+            self.models, self.scan(), ready_only, with_memory=self.settings.memory_budget is not None
+        )
 
     def status_rows(self) -> list[tuple[str, str, str]]:
         """(model, version, status) for the startup table, as Triton prints it."""
-        rows: list[tuple[str, str, str]] = []
-        for item in self.index():
-            if "state" not in item:
-                continue  # not loaded (explicit mode)
-            status = f"{item['state']}" + (f": {item['reason']}" if item.get("reason") else "")
-            rows.append((str(item["name"]), str(item.get("version", "-")), status))
-        return rows
+        return status_rows(self.index())
 
     def backend_rows(self) -> list[tuple[str, str, str]]:
-        """(backend, where it lives, its --backend-config settings) for the backends of the loaded models, as
-        Triton's startup table of backends."""
-        rows: dict[str, tuple[str, str, str]] = {}
-        for entry in self.models.values():
-            if not entry.serving() or is_ensemble(entry.config):
-                continue
-            name = entry.config.backend or entry.config.platform
-            settings = self.settings.backend_settings(name)
-            config = json.dumps({"cmdline": settings}, sort_keys=True) if settings else "{}"
-            rows.setdefault(name, (name, backend_module(name), config))
-        return sorted(rows.values())
+        """(backend, where it lives, its --backend-config settings) for the loaded models' backends."""
+        return backend_rows(self.models.values(), self.settings.backend_settings)
 
     def busy_versions(self) -> list[tuple[str, int, int]]:
         """(model, version, requests in flight) of the loaded versions with requests queued or running."""
@@ -1272,59 +1046,4 @@ class ModelRegistry:
                 entry.override_dir = None
 
 
-def _built_instances(backend: Any, ctx: BackendContext, plan: list[tuple[Any, int, int]]) -> list[Any]:
-    """The instances of the plan, in its order: built one after the other, or all at once on threads of their
-    own for a backend with `parallel_instances` (a python model's instances each initialize in their own
-    process), as Triton builds them. Where one fails, those built are closed and its error raised."""
-    if len(plan) < 2 or not getattr(backend, "parallel_instances", False):
-        built: list[Any] = []
-        try:
-            for group, index, device in plan:
-                built.append(backend.load_instance(ctx, group, index, device))
-        except BaseException:
-            for instance in built:
-                instance.close()
-            raise
-        return built
-    with concurrent.futures.ThreadPoolExecutor(
-        len(plan), thread_name_prefix=f"load-{ctx.model_name}"
-    ) as pool:
-        futures = [pool.submit(backend.load_instance, ctx, g, i, d) for g, i, d in plan]
-        concurrent.futures.wait(futures)
-    errors = [e for e in (f.exception() for f in futures) if e is not None]
-    if errors:
-        for future in futures:
-            if future.exception() is None:
-                future.result().close()
-        raise errors[0]
-    return [future.result() for future in futures]
-
-
-def _close_all(instances: list[ModelInstance]) -> None:
-    for instance in instances:
-        instance.close()
-
-
-def _same_but_version_policy(old: Any, new: Any) -> bool:
-    """Triton loads a serving version again on a configuration change other than its version_policy (and its
-    instance groups, which it updates in place: `_regroup`)."""
-    if old is None:
-        return False
-    if old.version_policy == new.version_policy:
-        return bool(old == new)
-    left, right = type(old)(), type(new)()
-    left.CopyFrom(old)
-    right.CopyFrom(new)
-    left.ClearField("version_policy")
-    right.ClearField("version_policy")
-    return bool(left == right)
-
-
-__all__ = [
-    "ControlMode",
-    "LoadSettings",
-    "ModelConfigError",
-    "ModelRegistry",
-    "ModelState",
-    "select_versions",
-]
+__all__ = ["ModelRegistry"]
