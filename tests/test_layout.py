@@ -135,3 +135,8 @@ def test_frontends_meet_the_engine_only_at_the_engine_api() -> None:
 
 def test_the_transport_imports_no_frontend() -> None:
     assert _offending("modelhost.transport", ("modelhost.frontends",)) == {}
+
+
+def test_backends_stand_below_the_engine() -> None:
+    """Backends reach the engine through `backends.api.EngineHandle` only: none imports anything of `engine/`."""
+    assert _offending("modelhost.backends", ("modelhost.engine",)) == {}

@@ -14,7 +14,7 @@ from typing import Any
 
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from modelhost.engine.scheduling.sequence_batcher import server_fed_inputs
+from modelhost.backends.sequence import server_fed_inputs
 from modelhost.errors import ModelConfigError
 
 

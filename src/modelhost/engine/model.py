@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from modelhost.backends.api import Arrays, Job, ResponseSink
+from modelhost.backends.sequence import server_fed_inputs
 from modelhost.datatypes import NUMPY_TO_WIRE
 from modelhost.engine.classification import classify, read_labels
 from modelhost.engine.registry.instance_update import Signature
@@ -21,7 +22,7 @@ from modelhost.engine.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.engine.scheduling.instances import InstancePool
 from modelhost.engine.scheduling.ragged import RaggedBatching, execute_alone
 from modelhost.engine.scheduling.rate_limiter import InstanceNeeds
-from modelhost.engine.scheduling.sequence_batcher import SequenceBatcher, server_fed_inputs
+from modelhost.engine.scheduling.sequence_batcher import SequenceBatcher
 from modelhost.errors import DecoupledModel, InvalidArgument
 from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
 from modelhost.observability.stats import ModelStats, RequestTiming

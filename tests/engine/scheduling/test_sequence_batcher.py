@@ -18,14 +18,9 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.backends.api import Arrays, Job, JobOutcomes
+from modelhost.backends.sequence import SEQUENCE_END, SEQUENCE_START, sequence_params, server_fed_inputs
 from modelhost.engine.scheduling.instances import InstancePool
-from modelhost.engine.scheduling.sequence_batcher import (
-    SEQUENCE_END,
-    SEQUENCE_START,
-    SequenceBatcher,
-    sequence_params,
-    server_fed_inputs,
-)
+from modelhost.engine.scheduling.sequence_batcher import SequenceBatcher
 from modelhost.errors import Cancelled, InternalError, InvalidArgument, ModelConfigError, Unavailable
 from modelhost.observability.stats import ModelStats
 from modelhost.types import InferenceRequest

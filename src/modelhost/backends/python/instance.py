@@ -32,8 +32,8 @@ from modelhost.backends.api import Arrays, BackendContext, Job, ResponseSink
 from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
 from modelhost.backends.python.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
+from modelhost.backends.sequence import SEQUENCE_END, SEQUENCE_START, sequence_params
 from modelhost.config import config_to_json
-from modelhost.engine.scheduling.sequence_batcher import SEQUENCE_END, SEQUENCE_START, sequence_params
 from modelhost.errors import (
     AlreadyExists,
     Cancelled,

@@ -32,10 +32,18 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tritonclient.grpc.model_config_pb2 import DataType, ModelSequenceBatching
+from tritonclient.grpc.model_config_pb2 import ModelSequenceBatching
 
 from modelhost.backends.api import Arrays, Job, JobOutcomes
-from modelhost.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY
+from modelhost.backends.sequence import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    Control,
+    CorrelationId,
+    controls,
+    sequence_params,
+    states,
+)
 from modelhost.engine.scheduling.dynamic_batcher import batch_key
 from modelhost.engine.scheduling.instances import InstancePool, Worker
 from modelhost.errors import Cancelled, InternalError, InvalidArgument, ModelConfigError, Unavailable
@@ -44,11 +52,6 @@ from modelhost.types import InferenceRequest
 
 log = logging.getLogger("modelhost.sequence_batcher")
 
-# Triton's request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END).
-SEQUENCE_START = 1
-SEQUENCE_END = 2
-
-CorrelationId = int | str
 _Kind = ModelSequenceBatching.Control
 
 # -- Triton's messages (core sequence_batch_scheduler.cc, sequencer), in one place -------------------------------
@@ -75,104 +78,6 @@ def start_error(corrid: CorrelationId, model: str) -> InvalidArgument:
 
 _CANCELLED = "sequence {} of model '{}' was cancelled: a request of it went away while queued"
 _UNLOADED = "model '{}' was unloaded while the request waited in its sequence batcher"
-
-
-def sequence_params(request: InferenceRequest | None) -> tuple[CorrelationId, int]:
-    """A request's correlation id and flags, as Triton's InferenceRequest holds them (0 and 0: no sequence)."""
-    if request is None:
-        return 0, 0
-    params = request.parameters
-    corrid = params.get("sequence_id", 0)
-    if isinstance(corrid, bool) or not isinstance(corrid, int | str):
-        corrid = 0
-    flags = (SEQUENCE_START if params.get("sequence_start") is True else 0) | (
-        SEQUENCE_END if params.get("sequence_end") is True else 0
-    )
-    return corrid, flags
-
-
-# -- what the server feeds the model: control inputs and implicit state ------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Control:
-    name: str
-    kind: int
-    dtype: np.dtype[Any]
-    false_true: tuple[Any, Any] = (0, 1)
-
-
-def _controls(config: Any) -> list[_Control]:
-    controls: list[_Control] = []
-    for control_input in config.sequence_batching.control_input:
-        for control in control_input.control:
-            if control.kind == _Kind.CONTROL_SEQUENCE_CORRID:
-                wire = CONFIG_TO_WIRE[DataType.Name(control.data_type)]
-                controls.append(_Control(control_input.name, control.kind, WIRE_TO_NUMPY[wire]))
-            elif len(control.int32_false_true) == 2:
-                pair = tuple(control.int32_false_true)
-                controls.append(_Control(control_input.name, control.kind, np.dtype(np.int32), pair))
-            elif len(control.fp32_false_true) == 2:
-                pair = tuple(control.fp32_false_true)
-                controls.append(_Control(control_input.name, control.kind, np.dtype(np.float32), pair))
-            elif len(control.bool_false_true) == 2:
-                pair = tuple(control.bool_false_true)
-                controls.append(_Control(control_input.name, control.kind, np.dtype(np.bool_), pair))
-    return controls
-
-
-@dataclass(frozen=True, slots=True)
-class _State:
-    input_name: str
-    output_name: str
-    initial: npt.NDArray[Any]  # one sequence's initial state, batch dimension included for batching models
-
-
-def _states(config: Any, model_dir: Path) -> list[_State]:
-    states: list[_State] = []
-    batching = config.max_batch_size > 0
-    for state in config.sequence_batching.state:
-        wire = CONFIG_TO_WIRE[DataType.Name(state.data_type)]
-        if wire == "BYTES":
-            raise ModelConfigError(
-                f"implicit state '{state.input_name}' of model '{config.name}': TYPE_STRING state is not supported"
-            )
-        dtype = WIRE_TO_NUMPY[wire]
-        dims = [int(d) for d in state.dims]
-        data: bytes | None = None
-        if state.initial_state:
-            initial = state.initial_state[0]
-            dims = [int(d) for d in initial.dims]
-            if initial.WhichOneof("state_data") == "data_file":
-                path = model_dir / "initial_state" / initial.data_file
-                try:
-                    data = path.read_bytes()
-                except OSError as e:
-                    raise ModelConfigError(
-                        f"failed to read initial state '{initial.data_file}' of model '{config.name}': {e}"
-                    ) from e
-        # A variable dimension without an initial_state to fix it: one element along it.
-        shape = ([1] if batching else []) + [d if d >= 0 else 1 for d in dims]
-        count = int(np.prod(shape))
-        if data is None:
-            array = np.zeros(shape, dtype)
-        else:
-            if len(data) < count * dtype.itemsize:
-                raise ModelConfigError(
-                    f"initial_state setting expects {count * dtype.itemsize} bytes, but the data provided from "
-                    f"{state.initial_state[0].data_file} only has {len(data)} bytes."
-                )
-            array = np.frombuffer(data, dtype, count).reshape(shape).copy()
-        states.append(_State(state.input_name, state.output_name, array))
-    return states
-
-
-def server_fed_inputs(config: Any) -> set[str]:
-    """Inputs the sequence batcher feeds (controls and implicit state): never sent by a client."""
-    if not config.HasField("sequence_batching"):
-        return set()
-    batcher = config.sequence_batching
-    return {c.name for c in batcher.control_input} | {s.input_name for s in batcher.state}
 
 
 # -- bookkeeping -------------------------------------------------------------------------------------------------
@@ -234,8 +139,8 @@ class SequenceBatcher:
             self.min_utilization = float(sb.direct.minimum_slot_utilization)
         # Normalisation sets the 1 s default; a config built in a test may not have run it.
         self.idle_ns = (int(sb.max_sequence_idle_microseconds) or 1_000_000) * 1000
-        self.controls = _controls(config)
-        self.states = _states(config, model_dir)
+        self.controls = controls(config)
+        self.states = states(config, model_dir)
         if self.states and pool.request_level:
             # A python model answers only the outputs its config lists: the state output would never come back.
             raise ModelConfigError(
@@ -548,7 +453,7 @@ class SequenceBatcher:
         inputs.update(sequence.state)
         return inputs
 
-    def _control_value(self, control: _Control, request: _Request, shape: list[int]) -> npt.NDArray[Any]:
+    def _control_value(self, control: Control, request: _Request, shape: list[int]) -> npt.NDArray[Any]:
         kind = control.kind
         if kind == _Kind.CONTROL_SEQUENCE_CORRID:
             corrid = request.sequence.corrid

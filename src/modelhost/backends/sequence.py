@@ -1,0 +1,124 @@
+"""The sequence contract between the engine and a backend: Triton's request flags and correlation ids, the control
+inputs and the implicit state the sequence batcher feeds a stateful model (`sequence_batching`), and which inputs
+those are (a client never sends them). The sequence batcher (engine/scheduling/sequence_batcher.py) feeds them; the
+python backend reads the flags and ids; every backend leaves the fed inputs out of its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from tritonclient.grpc.model_config_pb2 import DataType, ModelSequenceBatching
+
+from modelhost.datatypes import CONFIG_TO_WIRE, WIRE_TO_NUMPY
+from modelhost.errors import ModelConfigError
+from modelhost.types import InferenceRequest
+
+_Kind = ModelSequenceBatching.Control
+
+# Triton's request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END).
+SEQUENCE_START = 1
+SEQUENCE_END = 2
+
+CorrelationId = int | str
+
+
+def sequence_params(request: InferenceRequest | None) -> tuple[CorrelationId, int]:
+    """A request's correlation id and flags, as Triton's InferenceRequest holds them (0 and 0: no sequence)."""
+    if request is None:
+        return 0, 0
+    params = request.parameters
+    corrid = params.get("sequence_id", 0)
+    if isinstance(corrid, bool) or not isinstance(corrid, int | str):
+        corrid = 0
+    flags = (SEQUENCE_START if params.get("sequence_start") is True else 0) | (
+        SEQUENCE_END if params.get("sequence_end") is True else 0
+    )
+    return corrid, flags
+
+
+# -- what the server feeds the model: control inputs and implicit state ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    name: str
+    kind: int
+    dtype: np.dtype[Any]
+    false_true: tuple[Any, Any] = (0, 1)
+
+
+def controls(config: Any) -> list[Control]:
+    found: list[Control] = []
+    for control_input in config.sequence_batching.control_input:
+        for control in control_input.control:
+            if control.kind == _Kind.CONTROL_SEQUENCE_CORRID:
+                wire = CONFIG_TO_WIRE[DataType.Name(control.data_type)]
+                found.append(Control(control_input.name, control.kind, WIRE_TO_NUMPY[wire]))
+            elif len(control.int32_false_true) == 2:
+                pair = tuple(control.int32_false_true)
+                found.append(Control(control_input.name, control.kind, np.dtype(np.int32), pair))
+            elif len(control.fp32_false_true) == 2:
+                pair = tuple(control.fp32_false_true)
+                found.append(Control(control_input.name, control.kind, np.dtype(np.float32), pair))
+            elif len(control.bool_false_true) == 2:
+                pair = tuple(control.bool_false_true)
+                found.append(Control(control_input.name, control.kind, np.dtype(np.bool_), pair))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    input_name: str
+    output_name: str
+    initial: npt.NDArray[Any]  # one sequence's initial state, batch dimension included for batching models
+
+
+def states(config: Any, model_dir: Path) -> list[State]:
+    found: list[State] = []
+    batching = config.max_batch_size > 0
+    for state in config.sequence_batching.state:
+        wire = CONFIG_TO_WIRE[DataType.Name(state.data_type)]
+        if wire == "BYTES":
+            raise ModelConfigError(
+                f"implicit state '{state.input_name}' of model '{config.name}': TYPE_STRING state is not supported"
+            )
+        dtype = WIRE_TO_NUMPY[wire]
+        dims = [int(d) for d in state.dims]
+        data: bytes | None = None
+        if state.initial_state:
+            initial = state.initial_state[0]
+            dims = [int(d) for d in initial.dims]
+            if initial.WhichOneof("state_data") == "data_file":
+                path = model_dir / "initial_state" / initial.data_file
+                try:
+                    data = path.read_bytes()
+                except OSError as e:
+                    raise ModelConfigError(
+                        f"failed to read initial state '{initial.data_file}' of model '{config.name}': {e}"
+                    ) from e
+        # A variable dimension without an initial_state to fix it: one element along it.
+        shape = ([1] if batching else []) + [d if d >= 0 else 1 for d in dims]
+        count = int(np.prod(shape))
+        if data is None:
+            array = np.zeros(shape, dtype)
+        else:
+            if len(data) < count * dtype.itemsize:
+                raise ModelConfigError(
+                    f"initial_state setting expects {count * dtype.itemsize} bytes, but the data provided from "
+                    f"{state.initial_state[0].data_file} only has {len(data)} bytes."
+                )
+            array = np.frombuffer(data, dtype, count).reshape(shape).copy()
+        found.append(State(state.input_name, state.output_name, array))
+    return found
+
+
+def server_fed_inputs(config: Any) -> set[str]:
+    """Inputs the sequence batcher feeds (controls and implicit state): never sent by a client."""
+    if not config.HasField("sequence_batching"):
+        return set()
+    batcher = config.sequence_batching
+    return {c.name for c in batcher.control_input} | {s.input_name for s in batcher.state}
