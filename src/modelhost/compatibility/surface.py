@@ -661,7 +661,7 @@ FEATURES: tuple[Item, ...] = (
         "`modelhost tune`, one model at a time: quick and brute searches, no optuna search, no request-rate "
         "sweeps, no ensembles, sequence or decoupled models, HTML/PNG reports instead of PDF",
         "tune.md",
-        test="tests/tune/test_tune_run.py::test_the_best_config_is_written_with_a_diff_and_loads_and_serves",
+        test="tests/e2e/test_tune_run.py::test_the_best_config_is_written_with_a_diff_and_loads_and_serves",
     ),
     Item(
         "Container images (CPU, GPU; `serve` for SageMaker)",

@@ -28,7 +28,15 @@ from e2e.models import copy_examples
 from e2e.server_process import running_server
 from modelhost.tune.results import CSV_COLUMNS
 
-HERE = Path(__file__).parent
+TUNE_MODELS = Path(__file__).parent / "tune_models"
+
+
+@pytest.fixture(scope="module")
+def frontend_processes() -> int:
+    """The tuner starts its own servers, of the modes it measures: this module runs once, not once per mode."""
+    return 0
+
+
 LIMIT_S = 30
 CUT_LIMIT_S = 12
 SMALL = [
@@ -77,7 +85,7 @@ def points_of(run: Run) -> list[dict[str, object]]:
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = tmp_path_factory.mktemp("tune_repo")
     copy_examples(repository, "simple")
-    shutil.copytree(HERE / "models" / "batch_limited", repository / "batch_limited")
+    shutil.copytree(TUNE_MODELS / "batch_limited", repository / "batch_limited")
     return repository
 
 
