@@ -1,11 +1,13 @@
 """Where a request's server CPU goes with --frontend-processes=N: engine, frontends, python-backend stubs.
 
 Starts modelhost on an example model (or a python-backend model.py with --python-backend), drives it with wrk
-(closed loop, binary tensors) and reads each process's CPU time from /proc before and after, then prints the CPU
-per request of each role. With --profile it also samples the engine and one frontend with py-spy and prints the
-share of the transport (framing, messages, engine_side / frontend_side / forwarding glue) in each.
+(HTTP, closed loop, binary tensors) or h2load (gRPC ModelInfer, 8 connections) and reads each process's CPU time
+from /proc before and after, then prints the CPU per request of each role. With --profile it also samples the
+engine and one frontend with py-spy and prints the share of the transport (framing, messages, the link's two
+ends) in each.
 
     .venv/bin/python benchmarks/cpu_split.py --model identity --python-backend --frontends 0,1,2 --concurrency 64
+    .venv/bin/python benchmarks/cpu_split.py --model identity --python-backend --protocol grpc --frontends 0,1
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from loadgen import run_wrk, write_bodies
-from payloads import binary_body, grpc_request, json_body, make_workload
+from loadgen import RunResult, run_h2load, run_wrk, write_bodies
+from payloads import binary_body, check_grpc, grpc_request, json_body, make_workload
 from reference_repo import build_modelhost_repo, build_python_repo
 from servers import Ports, server_command
 
 TICK = os.sysconf("SC_CLK_TCK")
-TRANSPORT = ("transport/", "forwarding.py")
+TRANSPORT = ("transport/",)
 PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 
 
@@ -86,7 +88,17 @@ def measure(args: argparse.Namespace, frontends: int, repo: Path, bodies_dir: Pa
                 break
             except RuntimeError:
                 time.sleep(0.3)
-        run_wrk(url, bodies.binary_file, bodies.binary_header_len, args.concurrency, 2, 1)  # warm up
+        grpc_target = f"127.0.0.1:{ports.grpc}"
+        frame_size = 5 + check_grpc("127.0.0.1", ports.grpc, workload) if args.protocol == "grpc" else 0
+
+        def load(duration: int) -> RunResult:
+            if args.protocol == "grpc":
+                return run_h2load(
+                    grpc_target, bodies.grpc_frame_file, frame_size, args.concurrency, duration, 8
+                )
+            return run_wrk(url, bodies.binary_file, bodies.binary_header_len, args.concurrency, duration, 1)
+
+        load(2)  # warm up
         pids = [server.pid, *_descendants(server.pid)]
         before = {pid: _cpu_s(pid) for pid in pids}
         profiles = []
@@ -101,9 +113,7 @@ def measure(args: argparse.Namespace, frontends: int, repo: Path, bodies_dir: Pa
                      "-o", str(out), "--nonblocking"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )  # fmt: skip
-        result = run_wrk(
-            url, bodies.binary_file, bodies.binary_header_len, args.concurrency, args.duration, 1
-        )
+        result = load(args.duration)
         after = {pid: _cpu_s(pid) for pid in pids if Path(f"/proc/{pid}").exists()}
         requests = result.rps * result.duration_s
         by_role: dict[str, float] = {}
@@ -113,9 +123,9 @@ def measure(args: argparse.Namespace, frontends: int, repo: Path, bodies_dir: Pa
         total = sum(by_role.values())
         parts = ", ".join(f"{role} {1e6 * cpu / requests:.0f}" for role, cpu in sorted(by_role.items()))
         print(
-            f"frontends={frontends} {args.model} c={args.concurrency}: {result.rps:,.0f} req/s, p99 "
+            f"{args.protocol} frontends={frontends} {args.model} c={args.concurrency}: {result.rps:,.0f} req/s, p99 "
             f"{result.lat_p99_ms:.1f} ms; server CPU per request {1e6 * total / requests:.0f} us ({parts}); "
-            f"wrk {1e6 * result.client_cpu_s / requests:.0f} us"
+            f"load generator {1e6 * result.client_cpu_s / requests:.0f} us"
         )
         time.sleep(1.5)
         for name, out in profiles:
@@ -134,6 +144,7 @@ def main() -> None:
     parser.add_argument("--model", default="simple")
     parser.add_argument("--python-backend", action="store_true")
     parser.add_argument("--frontends", default="0,1,2")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--duration", type=int, default=6)
