@@ -431,7 +431,7 @@ class Engine:
             if context is not None and self.tracer.enabled:
                 trace = self._start_trace(request, context)
             try:
-                async for response in self._infer_stream(request, internal):
+                async for response in self._infer_stream(request):
                     yield response if lease is None else lease.written(response)
             finally:
                 if trace is not None:
@@ -440,9 +440,7 @@ class Engine:
             if lease is not None:
                 lease.release()
 
-    async def _infer_stream(
-        self, request: InferenceRequest, internal: bool
-    ) -> AsyncIterator[InferenceResponse]:
+    async def _infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         model = await self.model_for_request(request.model_name, request.model_version)
         if not model.decoupled:
             response = await self._infer(request, None)

@@ -152,7 +152,7 @@ def test_full_queue_rejects_at_once() -> None:
 
 
 def test_queue_timeout_reject_and_override() -> None:
-    fake = Recorder(delay=0.2)
+    fake = Recorder(delay=0.5)
     b, _ = batcher(
         "max_batch_size: 1 dynamic_batching { default_queue_policy { default_timeout_microseconds: 5000000 "
         "allow_timeout_override: true } }",
@@ -162,10 +162,9 @@ def test_queue_timeout_reject_and_override() -> None:
     async def go() -> None:
         running = asyncio.create_task(b.execute(job(0)))
         await asyncio.sleep(0.02)
-        started = time.monotonic()
         with pytest.raises(Rejected, match="Request timeout expired"):
             await b.execute(job(1), timeout_us=20_000)  # shorter than the policy's: honoured
-        assert time.monotonic() - started < 0.15
+        assert not running.done()  # refused while the instance is still busy, not once it is free
         await running
 
     run(go())
