@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from google.protobuf import json_format  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2
@@ -32,7 +33,6 @@ from modelhost.types import EMPTY_FINAL_RESPONSE, InferenceRequest
 _INDEX_FIELDS = frozenset({"name", "version", "state", "reason"})
 
 log = logging.getLogger("modelhost.grpc")
-T = TypeVar("T")
 
 # Requests of one ModelStreamInfer stream that may be in flight (or answered and not yet sent) at once.
 STREAM_WINDOW = 64
@@ -44,11 +44,24 @@ async def _fail(context: GrpcCall, what: str, e: ModelhostError) -> NoReturn:
     raise e  # unreachable: abort raises
 
 
-async def _answer(context: GrpcCall, what: str, fn: Callable[[], Awaitable[T]]) -> T:
-    try:
-        return await fn()
-    except ModelhostError as e:
-        await _fail(context, what, e)
+Rpc = Callable[[Any, Any, GrpcCall], Awaitable[Any]]
+
+
+def _answered(what: Callable[[Any], str]) -> Callable[[Rpc], Rpc]:
+    """An RPC whose ModelhostError is logged once and answered with its status; `what(request)` names the call in
+    the log line."""
+
+    def wrap(method: Rpc) -> Rpc:
+        @functools.wraps(method)
+        async def rpc(self: Any, request: Any, context: GrpcCall) -> Any:
+            try:
+                return await method(self, request, context)
+            except ModelhostError as e:
+                await _fail(context, what(request), e)
+
+        return rpc
+
+    return wrap
 
 
 def _parameter_values(parameters: Any) -> dict[str, Any]:
@@ -75,95 +88,79 @@ class GrpcService:
     async def ServerReady(self, request: Any, context: GrpcCall) -> Any:
         return service_pb2.ServerReadyResponse(ready=await self.engine.is_ready())
 
+    @_answered(lambda request: f"readiness of '{request.name}'")
     async def ModelReady(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            version = parse_model_version(request.version)
-            ready = await self.engine.model_ready(request.name, version)
-            return service_pb2.ModelReadyResponse(ready=ready)
-
-        return await _answer(context, f"readiness of '{request.name}'", run)
+        version = parse_model_version(request.version)
+        ready = await self.engine.model_ready(request.name, version)
+        return service_pb2.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request: Any, context: GrpcCall) -> Any:
         return service_pb2.ServerMetadataResponse(**await self.engine.server_metadata())
 
+    @_answered(lambda request: f"metadata of '{request.name}'")
     async def ModelMetadata(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            meta = await self.engine.model_metadata(request.name, parse_model_version(request.version))
-            response = service_pb2.ModelMetadataResponse(
-                name=meta["name"], versions=meta["versions"], platform=meta["platform"]
-            )
-            for key, target in (("inputs", response.inputs), ("outputs", response.outputs)):
-                for t in meta[key]:
-                    target.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
-            return response
+        meta = await self.engine.model_metadata(request.name, parse_model_version(request.version))
+        response = service_pb2.ModelMetadataResponse(
+            name=meta["name"], versions=meta["versions"], platform=meta["platform"]
+        )
+        for key, target in (("inputs", response.inputs), ("outputs", response.outputs)):
+            for t in meta[key]:
+                target.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+        return response
 
-        return await _answer(context, f"metadata of '{request.name}'", run)
-
+    @_answered(lambda request: f"config of '{request.name}'")
     async def ModelConfig(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            response = service_pb2.ModelConfigResponse()
-            config = await self.engine.model_config(request.name, parse_model_version(request.version))
-            response.config.CopyFrom(config)
-            return response
+        response = service_pb2.ModelConfigResponse()
+        config = await self.engine.model_config(request.name, parse_model_version(request.version))
+        response.config.CopyFrom(config)
+        return response
 
-        return await _answer(context, f"config of '{request.name}'", run)
-
+    @_answered(lambda request: f"statistics of '{request.name or '*'}'")
     async def ModelStatistics(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            version = parse_model_version(request.version)
-            response = service_pb2.ModelStatisticsResponse()
-            for stats in await self.engine.statistics(request.name, version):
-                # ignore_unknown_fields: the JSON has modelhost's own additions (cold_start), which gRPC lacks.
-                json_format.ParseDict(stats, response.model_stats.add(), ignore_unknown_fields=True)
-            return response
+        version = parse_model_version(request.version)
+        response = service_pb2.ModelStatisticsResponse()
+        for stats in await self.engine.statistics(request.name, version):
+            # ignore_unknown_fields: the JSON has modelhost's own additions (cold_start), which gRPC lacks.
+            json_format.ParseDict(stats, response.model_stats.add(), ignore_unknown_fields=True)
+        return response
 
-        return await _answer(context, f"statistics of '{request.name or '*'}'", run)
-
+    @_answered(lambda request: "log settings")
     async def LogSettings(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            settings = await self.engine.logging_settings(_parameter_values(request.settings))
-            response = service_pb2.LogSettingsResponse()
-            for key, current in settings.items():
-                if isinstance(current, bool):
-                    response.settings[key].bool_param = current
-                elif isinstance(current, int):
-                    response.settings[key].uint32_param = current
-                else:
-                    response.settings[key].string_param = current
-            return response
+        settings = await self.engine.logging_settings(_parameter_values(request.settings))
+        response = service_pb2.LogSettingsResponse()
+        for key, current in settings.items():
+            if isinstance(current, bool):
+                response.settings[key].bool_param = current
+            elif isinstance(current, int):
+                response.settings[key].uint32_param = current
+            else:
+                response.settings[key].string_param = current
+        return response
 
-        return await _answer(context, "log settings", run)
-
+    @_answered(lambda request: "repository index")
     async def RepositoryIndex(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            if request.repository_name:
-                raise Unsupported("'repository_name' specification is not supported")
-            response = service_pb2.RepositoryIndexResponse()
-            for row in await self.engine.repository_index(request.ready):
-                response.models.add(**{k: v for k, v in row.items() if k in _INDEX_FIELDS})
-            return response
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        response = service_pb2.RepositoryIndexResponse()
+        for row in await self.engine.repository_index(request.ready):
+            response.models.add(**{k: v for k, v in row.items() if k in _INDEX_FIELDS})
+        return response
 
-        return await _answer(context, "repository index", run)
-
+    @_answered(lambda request: f"load of '{request.model_name}'")
     async def RepositoryModelLoad(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            if request.repository_name:
-                raise Unsupported("'repository_name' specification is not supported")
-            parameters = _parameter_values(request.parameters)
-            await self.engine.load_model(request.model_name, parameters, files_base64=False)
-            return service_pb2.RepositoryModelLoadResponse()
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        parameters = _parameter_values(request.parameters)
+        await self.engine.load_model(request.model_name, parameters, files_base64=False)
+        return service_pb2.RepositoryModelLoadResponse()
 
-        return await _answer(context, f"load of '{request.model_name}'", run)
-
+    @_answered(lambda request: f"unload of '{request.model_name}'")
     async def RepositoryModelUnload(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            if request.repository_name:
-                raise Unsupported("'repository_name' specification is not supported")
-            parameters = _parameter_values(request.parameters)
-            await self.engine.unload_model(request.model_name, parameters)
-            return service_pb2.RepositoryModelUnloadResponse()
-
-        return await _answer(context, f"unload of '{request.model_name}'", run)
+        if request.repository_name:
+            raise Unsupported("'repository_name' specification is not supported")
+        parameters = _parameter_values(request.parameters)
+        await self.engine.unload_model(request.model_name, parameters)
+        return service_pb2.RepositoryModelUnloadResponse()
 
     async def ModelInfer(self, request: Any, context: GrpcCall) -> Any:
         # The hot path: no closure, no f-string unless it fails (what _answer costs the other RPCs).
@@ -260,82 +257,66 @@ class GrpcService:
             self.engine.sent(core, send_started, last=False)
         return answer
 
+    @_answered(lambda request: "system shared memory status")
     async def SystemSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            response = service_pb2.SystemSharedMemoryStatusResponse()
-            for region in await self.engine.shared_memory_status(SYSTEM_SHM, request.name):
-                response.regions[region["name"]].CopyFrom(
-                    service_pb2.SystemSharedMemoryStatusResponse.RegionStatus(**region)
-                )
-            return response
+        response = service_pb2.SystemSharedMemoryStatusResponse()
+        for region in await self.engine.shared_memory_status(SYSTEM_SHM, request.name):
+            response.regions[region["name"]].CopyFrom(
+                service_pb2.SystemSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
 
-        return await _answer(context, "system shared memory status", run)
-
+    @_answered(lambda request: f"registration of shared memory region '{request.name}'")
     async def SystemSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            await self.engine.register_system_shared_memory(
-                request.name, request.key, request.offset, request.byte_size
-            )
-            return service_pb2.SystemSharedMemoryRegisterResponse()
-
-        return await _answer(context, f"registration of shared memory region '{request.name}'", run)
-
-    async def SystemSharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            await self.engine.unregister_shared_memory(SYSTEM_SHM, request.name)
-            return service_pb2.SystemSharedMemoryUnregisterResponse()
-
-        return await _answer(context, f"unregistration of shared memory region '{request.name or '*'}'", run)
-
-    async def CudaSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            response = service_pb2.CudaSharedMemoryStatusResponse()
-            for region in await self.engine.shared_memory_status(CUDA_SHM, request.name):
-                response.regions[region["name"]].CopyFrom(
-                    service_pb2.CudaSharedMemoryStatusResponse.RegionStatus(**region)
-                )
-            return response
-
-        return await _answer(context, "CUDA shared memory status", run)
-
-    async def CudaSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            await self.engine.register_cuda_shared_memory(
-                request.name, request.raw_handle, request.device_id, request.byte_size
-            )
-            return service_pb2.CudaSharedMemoryRegisterResponse()
-
-        return await _answer(context, f"registration of CUDA shared memory region '{request.name}'", run)
-
-    async def CudaSharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            await self.engine.unregister_shared_memory(CUDA_SHM, request.name)
-            return service_pb2.CudaSharedMemoryUnregisterResponse()
-
-        return await _answer(
-            context, f"unregistration of CUDA shared memory region '{request.name or '*'}'", run
+        await self.engine.register_system_shared_memory(
+            request.name, request.key, request.offset, request.byte_size
         )
+        return service_pb2.SystemSharedMemoryRegisterResponse()
 
+    @_answered(lambda request: f"unregistration of shared memory region '{request.name or '*'}'")
+    async def SystemSharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
+        await self.engine.unregister_shared_memory(SYSTEM_SHM, request.name)
+        return service_pb2.SystemSharedMemoryUnregisterResponse()
+
+    @_answered(lambda request: "CUDA shared memory status")
+    async def CudaSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
+        response = service_pb2.CudaSharedMemoryStatusResponse()
+        for region in await self.engine.shared_memory_status(CUDA_SHM, request.name):
+            response.regions[region["name"]].CopyFrom(
+                service_pb2.CudaSharedMemoryStatusResponse.RegionStatus(**region)
+            )
+        return response
+
+    @_answered(lambda request: f"registration of CUDA shared memory region '{request.name}'")
+    async def CudaSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
+        await self.engine.register_cuda_shared_memory(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
+        return service_pb2.CudaSharedMemoryRegisterResponse()
+
+    @_answered(lambda request: f"unregistration of CUDA shared memory region '{request.name or '*'}'")
+    async def CudaSharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
+        await self.engine.unregister_shared_memory(CUDA_SHM, request.name)
+        return service_pb2.CudaSharedMemoryUnregisterResponse()
+
+    @_answered(lambda request: "trace settings")
     async def TraceSetting(self, request: Any, context: GrpcCall) -> Any:
-        async def run() -> Any:
-            changes: dict[str, Any] | None = None
-            if request.settings:
-                changes = {}
-                for key, setting in request.settings.items():
-                    values = list(setting.value)
-                    if key == "trace_level":
-                        changes[key] = values or None
-                    elif len(values) > 1:
-                        raise InvalidArgument(f"expect only 1 value for '{key}'")
-                    else:  # no value: back to the global (model) or startup (global) value, as in Triton
-                        changes[key] = values[0] if values else None
-            settings = await self.engine.trace_settings(request.model_name, changes)
-            response = service_pb2.TraceSettingResponse()
-            for key, value in settings.items():
-                response.settings[key].value.extend(value if isinstance(value, list) else [value])
-            return response
-
-        return await _answer(context, "trace settings", run)
+        changes: dict[str, Any] | None = None
+        if request.settings:
+            changes = {}
+            for key, setting in request.settings.items():
+                values = list(setting.value)
+                if key == "trace_level":
+                    changes[key] = values or None
+                elif len(values) > 1:
+                    raise InvalidArgument(f"expect only 1 value for '{key}'")
+                else:  # no value: back to the global (model) or startup (global) value, as in Triton
+                    changes[key] = values[0] if values else None
+        settings = await self.engine.trace_settings(request.model_name, changes)
+        response = service_pb2.TraceSettingResponse()
+        for key, value in settings.items():
+            response.settings[key].value.extend(value if isinstance(value, list) else [value])
+        return response
 
 
 class HealthService:
