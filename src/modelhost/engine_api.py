@@ -38,7 +38,9 @@ RECEIVE_ACTIVITIES = {
 SEND_ACTIVITIES = {"HTTP": ("HTTP_SEND_START", "HTTP_SEND_END"), "GRPC": ("GRPC_SEND_START", "GRPC_SEND_END")}
 
 
-@dataclass(slots=True)  # not frozen: one is made per request, and a frozen dataclass costs 5x as much to build
+@dataclass(
+    slots=True
+)  # not frozen: one is made per request, and a frozen dataclass costs 5x as much to build
 class CallContext:
     """How a frontend received a request: what its trace records of the frontend, when tracing samples it."""
 
