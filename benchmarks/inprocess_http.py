@@ -26,7 +26,10 @@ except ImportError:
     from modelhost.server import Server as Engine
 
     from modelhost.backends.api import BackendServices
-from modelhost.frontends.http.protocol import HttpRequest
+try:
+    from modelhost.frontends.http.messages import HttpRequest
+except ImportError:
+    from modelhost.frontends.http.protocol import HttpRequest
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.repository.sources import open_repository
 

@@ -20,7 +20,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response, start_http_server
+from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
+from modelhost.frontends.http.protocol import start_http_server
 from modelhost.observability.custom_metrics import CustomMetrics
 from modelhost.observability.metrics_config import MetricsConfig, parse_metrics_config
 from modelhost.observability.stats import FIRST_RESPONSE_HISTOGRAM, ModelStats, Summary, metrics_config

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from modelhost.frontends.http.protocol import HttpProtocol, HttpRequest, HttpResponse
+from modelhost.frontends.http.messages import HttpRequest, HttpResponse
+from modelhost.frontends.http.protocol import HttpProtocol
 
 
 class FakeTransport:

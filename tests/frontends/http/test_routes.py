@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from fake_engine import DECOUPLED, MODEL, FakeEngine
-from modelhost.frontends.http.protocol import HttpRequest, HttpResponse
+from modelhost.frontends.http.messages import HttpRequest, HttpResponse
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.types import ShmWindow
 

@@ -16,7 +16,7 @@ from cuda_stand_in import HostIpc
 from modelhost.engine.engine import Engine
 from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.shared_memory import CUDA, SharedMemoryRegistry
-from modelhost.frontends.http.protocol import HttpRequest, HttpResponse
+from modelhost.frontends.http.messages import HttpRequest, HttpResponse
 from modelhost.frontends.http.routes import HttpRoutes
 
 BASE = "/v2/cudasharedmemory"

@@ -12,7 +12,7 @@ import re
 from urllib.parse import unquote
 
 from modelhost.engine_api import EngineAPI
-from modelhost.frontends.http.protocol import Handler, HttpRequest, HttpResponse, error_response
+from modelhost.frontends.http.messages import Handler, HttpRequest, HttpResponse, error_response
 
 log = logging.getLogger("modelhost.http")
 

@@ -1,4 +1,5 @@
-"""Triton's generate extension over HTTP (`/generate`, `/generate_stream`): its request and answer bodies.
+"""Triton's generate extension over HTTP (`/generate`, `/generate_stream`): its request and answer bodies, and
+its routes.
 
 A request is one flat JSON object. Each member names either an input of the model (its value, a JSON scalar or a
 flat array, becomes that tensor, shaped from the model's metadata) or else a request parameter; the reserved
@@ -11,8 +12,9 @@ messages, which its tests and clients match on.
 from __future__ import annotations
 
 import json
+import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -20,11 +22,23 @@ import numpy.typing as npt
 import orjson
 
 from modelhost.datatypes import WIRE_TO_NUMPY
-from modelhost.errors import InvalidArgument
+from modelhost.engine_api import EngineAPI
+from modelhost.errors import InternalError, InvalidArgument, ModelhostError
 from modelhost.frontends.http.infer_codec import _out_of_range
+from modelhost.frontends.http.messages import HttpResponse
+from modelhost.frontends.http.statuses import http_status
 from modelhost.io_specs import TensorSpec
 from modelhost.tensor_codec import id_prefix
-from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse, ParamValue, Tensor
+from modelhost.types import (
+    FINAL_RESPONSE,
+    InferenceRequest,
+    InferenceResponse,
+    Parameters,
+    ParamValue,
+    Tensor,
+)
+
+log = logging.getLogger("modelhost.http")
 
 # Triton's default --http-max-input-size.
 DEFAULT_MAX_INPUT_SIZE = 1 << 26
@@ -381,3 +395,105 @@ def sse_event(payload: bytes) -> bytes:
 def sse_error_event(message: str) -> bytes:
     """An error in the middle of /generate_stream (the status, sent with the first event, stays as it was)."""
     return sse_event(orjson.dumps({"error": message}))
+
+
+# -- the routes ------------------------------------------------------------------------------------------------
+
+
+async def generate(
+    engine: EngineAPI,
+    body: bytes,
+    name: str,
+    version: str,
+    max_input_size: int,
+    *,
+    stream: bool,
+    parameters: Parameters | None = None,
+) -> HttpResponse:
+    """The generate extension: one JSON answer (/generate), or server-sent events (/generate_stream). The status is
+    that of the model's first answer; a later error in a stream is an error event."""
+    signature = await engine.model_signature(name, version)
+    generate_request = decode_generate_request(
+        body,
+        name,
+        version,
+        signature.inputs,
+        signature.max_batch_size,
+        max_input_size=max_input_size,
+    )
+    if parameters:
+        generate_request.parameters.update(parameters)
+    if stream:
+        # Refused: a JSON error; what the model then fails: events.
+        await engine.check_request(generate_request)
+    answers = _answers(engine.infer_stream(generate_request))
+    if not stream:
+        return await _one_answer(answers)
+    try:
+        first = await anext(answers)
+    except StopAsyncIteration:
+        return HttpResponse(200, content_type=SSE_CONTENT_TYPE, stream=_events(None, answers))
+    # As Triton: the first answer sets the status; an error is an event like any later one, and the answers
+    # that follow it still come.
+    status = http_status(first) if isinstance(first, ModelhostError) else 200
+    return HttpResponse(status, content_type=SSE_CONTENT_TYPE, stream=_events(first, answers))
+
+
+async def _answers(
+    responses: AsyncIterator[InferenceResponse],
+) -> AsyncGenerator[InferenceResponse | ModelhostError, None]:
+    """A generate request's answers: each response, or its error, without the empty final ones that only end a
+    decoupled model's stream. An error that ends the request is the last item."""
+    try:
+        async for response in responses:
+            if is_flag_only(response):
+                continue
+            if response.error is not None:
+                error = response.error
+                yield error if isinstance(error, ModelhostError) else InternalError(str(error))
+            else:
+                yield response
+    except ModelhostError as e:
+        yield e
+
+
+async def _one_answer(answers: AsyncGenerator[InferenceResponse | ModelhostError, None]) -> HttpResponse:
+    """/generate: the model's one answer. A model that answers several times, or not at all, is asked through the
+    wrong endpoint: 400 (Triton sends its message with status 200)."""
+    got = [answer async for answer in answers]
+    if len(got) != 1:
+        if got and isinstance(got[0], ModelhostError):
+            raise got[0]
+        raise InvalidArgument(ONE_RESPONSE)
+    answer = got[0]
+    if isinstance(answer, ModelhostError):
+        raise answer
+    return HttpResponse(200, encode_generate_response(answer))
+
+
+async def _events(
+    first: InferenceResponse | ModelhostError | None,
+    answers: AsyncGenerator[InferenceResponse | ModelhostError, None],
+) -> AsyncGenerator[bytes, None]:
+    """/generate_stream's events: one per answer, an error as an error event (its status went out with the first
+    answer: an error's own when the first answer was one)."""
+    try:
+        pending: list[InferenceResponse | ModelhostError] = [first] if first is not None else []
+        while True:
+            if pending:
+                answer = pending.pop()
+            else:
+                try:
+                    answer = await anext(answers)
+                except StopAsyncIteration:
+                    return
+            if isinstance(answer, ModelhostError):
+                log.info("generate_stream: %s", answer)
+                yield sse_error_event(str(answer))
+                continue
+            try:
+                yield sse_event(encode_generate_response(answer))
+            except ModelhostError as e:
+                yield sse_error_event(str(e))
+    finally:
+        await answers.aclose()  # the client went away: the request is cancelled

@@ -11,12 +11,11 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import cast
 
 import httptools
-import orjson
+
+from modelhost.frontends.http.messages import Handler, HttpRequest, HttpResponse, error_response
 
 log = logging.getLogger("modelhost.http")
 
@@ -35,35 +34,6 @@ _REASONS = {
     507: "Insufficient Storage",
 }
 _MAX_PIPELINED = 32
-
-
-@dataclass(slots=True)
-class HttpRequest:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: bytes
-    # Set when the body was larger than the limit: the handler answers with an error without reading it.
-    too_large: bool = False
-    received_ns: int = 0  # time.monotonic_ns() when the request began to arrive (HTTP_RECV_START of a trace)
-
-
-@dataclass(slots=True)
-class HttpResponse:
-    status: int = 200
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    # A body sent as it is produced, in chunks (server-sent events); `body` is then unused.
-    stream: AsyncIterator[bytes] | None = None
-
-
-def error_response(status: int, message: str) -> HttpResponse:
-    return HttpResponse(status, orjson.dumps({"error": message}))
-
-
-Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
 class HttpProtocol(asyncio.Protocol):

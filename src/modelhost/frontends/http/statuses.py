@@ -1,8 +1,14 @@
-"""The HTTP status of each kind of error (errors.py), as Triton's HTTP server answers them where it has one."""
+"""The HTTP status of each kind of error (errors.py), as Triton's HTTP server answers them where it has one, and
+the answer to a failed request."""
 
 from __future__ import annotations
 
-from modelhost.errors import ErrorKind, ModelhostError
+import logging
+
+from modelhost.errors import ErrorKind, ModelhostError, request_failure_level
+from modelhost.frontends.http.messages import HttpResponse, error_response
+
+log = logging.getLogger("modelhost.http")
 
 HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.INVALID_ARGUMENT: 400,
@@ -23,4 +29,13 @@ def http_status(e: ModelhostError) -> int:
     return HTTP_STATUS[e.kind]
 
 
-__all__ = ["HTTP_STATUS", "http_status"]
+def failure_response(method: str, path: str, e: ModelhostError) -> HttpResponse:
+    """The answer to a request that failed with `e`, logged once: as an error when it is the server's fault."""
+    log.log(request_failure_level(e), "%s %s failed: %s", method, path, e)
+    response = error_response(http_status(e), str(e))
+    if e.kind is ErrorKind.UNSUPPORTED_MEDIA_TYPE:
+        response.headers.append(("Accept-Encoding", "gzip, deflate"))
+    return response
+
+
+__all__ = ["HTTP_STATUS", "failure_response", "http_status"]

@@ -18,8 +18,9 @@ import orjson
 
 from modelhost.engine_api import EngineAPI
 from modelhost.errors import Conflict, InvalidArgument, ModelhostError, NotFound, Unavailable
-from modelhost.frontends.http.protocol import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.routes import HttpRoutes, failure_response
+from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
+from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.frontends.http.statuses import failure_response
 from modelhost.frontends.sagemaker.model_urls import locate_model
 from modelhost.frontends.sagemaker.settings import SageMakerSettings
 from modelhost.types import Parameters
