@@ -10,17 +10,9 @@ from pathlib import Path
 import pytest
 
 import modelhost
-from modelhost.cli.main import (
-    FLAGS,
-    CliError,
-    Flag,
-    Status,
-    _parse_serve,
-    bundled_examples,
-    flags_markdown,
-    main,
-    parse_serve_args,
-)
+from modelhost.cli.docs import flags_markdown
+from modelhost.cli.flags import FLAGS, Flag, Status
+from modelhost.cli.main import CliError, _parse_serve, bundled_examples, main, parse_serve_args
 from modelhost.options import ServerOptions, auto_frontend_processes
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
@@ -758,7 +750,7 @@ def test_unwritable_log_file_is_a_usage_error(
 
 
 def test_docs_hold_the_current_flag_tables() -> None:
-    # Regenerate with: python -c "from modelhost.cli.main import flags_markdown; print(flags_markdown())"
+    # Regenerate with: python -c "from modelhost.cli.docs import flags_markdown; print(flags_markdown())"
     assert flags_markdown() in DOCS.read_text(encoding="utf-8")
 
 

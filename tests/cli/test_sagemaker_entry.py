@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from modelhost.cli import sagemaker as sagemaker_entry
-from modelhost.cli.main import FLAGS_BY_NAME, CliError, Status, parse_serve_args
+from modelhost.cli.flags import FLAGS_BY_NAME, Status
+from modelhost.cli.main import CliError, parse_serve_args
 from modelhost.cli.sagemaker import (
     SageMakerEntryError,
     SageMakerLaunch,

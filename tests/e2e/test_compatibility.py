@@ -24,7 +24,7 @@ from e2e import server_process
 from e2e.models import copy_examples
 from e2e.server_process import RunningServer, running_server
 from modelhost.backends.registry import supported as served_backends
-from modelhost.cli.main import FLAGS, FLAGS_BY_NAME, SECTIONS, Status
+from modelhost.cli.flags import FLAGS, FLAGS_BY_NAME, SECTIONS, Status
 from modelhost.compatibility.page import (
     backend_items,
     config_items,

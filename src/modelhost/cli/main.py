@@ -18,19 +18,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import modelhost
+from modelhost.cli.flags import (
+    FLAGS,
+    FLAGS_BY_NAME,
+    METAVARS,
+    SECTIONS,
+    Flag,
+    Status,
+    int_or_none,
+)
 from modelhost.host.devices import cpu_count
 from modelhost.observability.logs import LOGGER_NAME, configure_logging
 from modelhost.options import (
-    HONOURED_BACKEND_CONFIG,
     ServerOptions,
     auto_frontend_processes,
     bool_or_none,
@@ -52,371 +57,6 @@ class CliError(Exception):
     def __str__(self) -> str:
         return self.message
 
-
-class Status(StrEnum):
-    HONOURED = "honoured"
-    IGNORED = "ignored"
-    REFUSED = "not supported yet"
-
-
-Kind = Literal["bool", "int", "float", "str", "address", "switch"]
-
-_METAVARS: dict[str, str] = {
-    "bool": "<boolean>",
-    "int": "<integer>",
-    "float": "<float>",
-    "str": "<string>",
-    "address": "<address>",
-    "switch": "",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Flag:
-    name: str  # without the leading dashes
-    kind: Kind
-    default: str  # the default as text ("" = unset): ours where honoured, tritonserver's otherwise
-    help: str
-    section: str
-    status: Status = Status.HONOURED
-    # The ServerOptions field a honoured flag sets; None where building the options needs more than a copy.
-    field: str | None = None
-    repeatable: bool = False
-    metavar: str = ""
-    # Refused flags: the values that describe what modelhost does anyway, so they are accepted.
-    accepted: tuple[str, ...] = ()
-    # Ignored flags: why they have no meaning here. Refused flags: what is missing (and when it comes).
-    note: str = ""
-
-    @property
-    def option(self) -> str:
-        return f"--{self.name}"
-
-    def refusal(self) -> str:
-        message = f"{self.option} is not supported yet"
-        if self.note:
-            message += f": {self.note}"
-        if self.accepted:
-            message += "; accepted only as " + " or ".join(
-                f"{self.option}={value}" for value in self.accepted
-            )
-        return message
-
-    def accepts(self, raw: str) -> bool:
-        """Whether a refused flag's value is one that modelhost honours by what it does anyway."""
-        if self.kind == "bool":
-            value = bool_or_none(raw)
-            return value is not None and any(value == bool_or_none(a) for a in self.accepted)
-        if self.kind == "int":
-            number = _int_or_none(raw)
-            return number is not None and number in {_int_or_none(a) for a in self.accepted}
-        return raw.strip().lower() in {a.lower() for a in self.accepted}
-
-
-# Sections, in tritonserver's --help order.
-SERVER = "Server"
-REPOSITORY = "Model repository"
-LOGGING = "Logging"
-HTTP = "HTTP"
-GRPC = "GRPC"
-METRICS = "Metrics"
-BACKEND = "Backend"
-TRACING = "Tracing"
-CACHE = "Response cache"
-RATE_LIMITER = "Rate limiter"
-MEMORY = "Memory and devices"
-SAGEMAKER = "SageMaker"
-VERTEX_AI = "Vertex AI"
-SECTIONS = (SERVER, REPOSITORY, LOGGING, HTTP, GRPC, METRICS, BACKEND, TRACING, CACHE, RATE_LIMITER, MEMORY,
-            SAGEMAKER, VERTEX_AI)  # fmt: skip
-
-_NO_THREAD_POOL = "modelhost serves from an asyncio event loop, not a pool of threads"
-_NO_GPU = "modelhost does not manage GPU memory or devices"
-
-
-def _honoured(name: str, kind: Kind, default: str, section: str, help: str, **more: Any) -> Flag:
-    return Flag(name, kind, default, help, section, Status.HONOURED, **more)
-
-
-def _ignored(name: str, kind: Kind, default: str, section: str, help: str, note: str, **more: Any) -> Flag:
-    return Flag(name, kind, default, help, section, Status.IGNORED, note=note, **more)
-
-
-def _refused(name: str, kind: Kind, default: str, section: str, help: str, note: str, **more: Any) -> Flag:
-    return Flag(name, kind, default, help, section, Status.REFUSED, note=note, **more)
-
-
-FLAGS: tuple[Flag, ...] = (
-    # Server
-    _honoured("id", "str", "triton", SERVER,
-              "Identifier of this server, reported as `name` by server metadata.", field="server_id"),
-    _honoured("exit-timeout-secs", "int", "30", SERVER,
-              "Seconds to wait for in-flight inferences to finish when shutting down.",
-              field="exit_timeout_secs"),
-    _honoured("exit-on-error", "bool", "true", SERVER,
-              "Exit if an error occurs during initialization, e.g. a model fails to load.",
-              field="exit_on_error"),
-    _honoured("strict-readiness", "bool", "true", SERVER,
-              "If true, ready only when the server is live and all models are ready; if false, when live.",
-              field="strict_readiness"),
-    _honoured("frontend-processes", "str", "0", SERVER,
-              "modelhost only: serve HTTP and gRPC from N frontend processes in front of one engine process "
-              "(auto: "
-              "from the cores, see docs/frontend-processes.md); 0 serves everything from one process.",
-              metavar="<N|auto>"),
-    _honoured("frontend-buffer-byte-size", "int", str(1 << 28), SERVER,
-              "modelhost only: bytes of requests one frontend process may have in flight to the engine; past "
-              "that, requests are refused with 503 at once.", field="frontend_buffer_byte_size"),
-    _honoured("allow-client-shm", "bool", "false", SERVER,
-              "Let clients register and use shared-memory regions: system shared memory, and CUDA shared "
-              "memory on a host with a GPU and the `cuda` extra.", field="allow_client_shm"),
-    # Model repository
-    _honoured("model-repository", "str", "the bundled examples", REPOSITORY,
-              "A model repository: a local path, s3://[<host>:<port>/]<bucket>/<prefix>, gs:// or as://; "
-              "repeatable. A model name found in two repositories makes that model unavailable.",
-              repeatable=True, metavar="<path>"),
-    _honoured("model-store", "str", "the bundled examples", REPOSITORY,
-              "Same as --model-repository.", repeatable=True, metavar="<path>"),
-    _honoured("model-config-name", "str", "", REPOSITORY,
-              "Use <model>/configs/<name>.pbtxt where it exists instead of config.pbtxt.",
-              field="model_config_name"),
-    _honoured("disable-auto-complete-config", "switch", "", REPOSITORY,
-              "Do not auto-complete model configurations: config.pbtxt files must be complete."),
-    _honoured("strict-model-config", "bool", "false", REPOSITORY,
-              "DEPRECATED: true is the same as --disable-auto-complete-config."),
-    _honoured("model-control-mode", "str", "none", REPOSITORY,
-              "How models are loaded: none (all at startup, fixed), poll (all at startup, then the "
-              "repositories are rescanned every --repository-poll-secs) or explicit (those named by "
-              "--load-model at startup, then through the repository API).", field="model_control_mode"),
-    _honoured("repository-poll-secs", "int", "15", REPOSITORY,
-              "Seconds between polls of the repositories (poll mode only).", field="repository_poll_secs"),
-    _honoured("load-model", "str", "", REPOSITORY,
-              "Model to load at startup (explicit mode only); repeatable; '*' loads every model.",
-              repeatable=True, metavar="<name>"),
-    _honoured("model-load-on-demand", "bool", "false", REPOSITORY,
-              "modelhost only (explicit mode): an inference request for a model of the repositories that is "
-              "not loaded loads it, then is served; concurrent requests wait for the one load.",
-              field="model_load_on_demand"),
-    _honoured("model-idle-unload-secs", "int", "0", REPOSITORY,
-              "modelhost only (explicit mode): unload models no request used for this many seconds (0: never; "
-              "never those named by --load-model).", field="model_idle_unload_secs"),
-    _honoured("model-load-thread-count", "int", "4", REPOSITORY,
-              "Number of model versions loaded concurrently.", field="model_load_thread_count"),
-    _honoured("model-load-retry-count", "int", "0", REPOSITORY,
-              "Times to retry loading a model version that failed to load.", field="model_load_retry_count"),
-    _refused("model-namespacing", "bool", "false", REPOSITORY,
-             "Allow the same model name in different repositories.",
-             "model namespacing is not implemented yet", accepted=("false",)),
-    _ignored("enable-peer-access", "bool", "true", REPOSITORY,
-             "Enable GPU peer-to-peer access.", _NO_GPU),
-    # Logging
-    _honoured("log-verbose", "int", "0", LOGGING,
-              "Verbose logging level; 0 disables verbose logging, 1 and more enable it.",
-              field="log_verbose"),
-    _honoured("log-info", "bool", "true", LOGGING, "Enable info-level logging.", field="log_info"),
-    _honoured("log-warning", "bool", "true", LOGGING, "Enable warning-level logging.", field="log_warning"),
-    _honoured("log-error", "bool", "true", LOGGING, "Enable error-level logging.", field="log_error"),
-    _honoured("log-format", "str", "default", LOGGING,
-              "'default' (LMMDD hh:mm:ss.ssssss) or 'ISO8601' (YYYY-MM-DDThh:mm:ssZ L).",
-              field="log_format", metavar="<default|ISO8601>"),
-    _honoured("log-file", "str", "", LOGGING,
-              "Append the log to this file instead of writing it to stderr.", field="log_file",
-              metavar="<path>"),
-    # HTTP
-    _honoured("allow-http", "bool", "true", HTTP, "Serve the HTTP/REST (KServe v2) API.", field="allow_http"),
-    _honoured("http-address", "address", "0.0.0.0", HTTP,
-              "Address the HTTP server binds to; IPv6 as ipv6:[::1].", field="http_address"),
-    _honoured("http-port", "int", "8000", HTTP, "Port of the HTTP server; 0 picks a free port.",
-              field="http_port"),
-    _honoured("http-max-input-size", "int", str(1 << 26), HTTP,
-              "Largest HTTP request body in bytes, also after decompression.", field="http_max_input_size"),
-    _ignored("http-thread-count", "int", "8", HTTP, "Number of threads serving HTTP.", _NO_THREAD_POOL),
-    _refused("reuse-http-port", "bool", "false", HTTP,
-             "Let several servers listen on the same HTTP port (SO_REUSEPORT).",
-             "port reuse is not implemented yet", accepted=("false",)),
-    _refused("http-header-forward-pattern", "str", "", HTTP,
-             "Regular expression of HTTP headers forwarded as request parameters.",
-             "header forwarding is not implemented yet"),
-    _refused("http-restricted-api", "str", "", HTTP,
-             "Require a header for some API categories; repeatable.",
-             "API restriction is not implemented yet", repeatable=True, metavar="<apis>:<key>=<value>"),
-    # GRPC
-    _honoured("allow-grpc", "bool", "true", GRPC, "Serve the GRPC (KServe v2) API.", field="allow_grpc"),
-    _honoured("grpc-address", "address", "0.0.0.0", GRPC,
-              "Address the GRPC server binds to; IPv6 as ipv6:[::1].", field="grpc_address"),
-    _honoured("grpc-port", "int", "8001", GRPC, "Port of the GRPC server; 0 picks a free port.",
-              field="grpc_port"),
-    _ignored("grpc-infer-thread-count", "int", "2", GRPC,
-             "Number of threads handling GRPC inference requests.", _NO_THREAD_POOL),
-    _ignored("grpc-infer-allocation-pool-size", "int", "8", GRPC,
-             "Inference request/response objects kept for reuse.",
-             "modelhost keeps no pool of request objects"),
-    _refused("grpc-max-response-pool-size", "int", "2147483647", GRPC,
-             "Most inference response objects in flight.",
-             "response pool limits are not implemented yet", accepted=("2147483647",)),
-    _refused("reuse-grpc-port", "bool", "false", GRPC,
-             "Let several servers listen on the same GRPC port (SO_REUSEPORT).",
-             "port reuse is not implemented yet", accepted=("false",)),
-    _refused("grpc-header-forward-pattern", "str", "", GRPC,
-             "Regular expression of GRPC headers forwarded as request parameters.",
-             "header forwarding is not implemented yet"),
-    _refused("grpc-use-ssl", "bool", "false", GRPC, "Use SSL for GRPC.",
-             "GRPC over SSL is not implemented yet", accepted=("false",)),
-    _refused("grpc-use-ssl-mutual", "bool", "false", GRPC, "Use mutual SSL authentication for GRPC.",
-             "GRPC over SSL is not implemented yet", accepted=("false",)),
-    _refused("grpc-server-cert", "str", "", GRPC, "PEM file of the server certificate.",
-             "GRPC over SSL is not implemented yet"),
-    _refused("grpc-server-key", "str", "", GRPC, "PEM file of the server key.",
-             "GRPC over SSL is not implemented yet"),
-    _refused("grpc-root-cert", "str", "", GRPC, "PEM file of the root certificate.",
-             "GRPC over SSL is not implemented yet"),
-    _refused("grpc-infer-response-compression-level", "str", "none", GRPC,
-             "Compression of inference responses: none, low, medium or high.",
-             "response compression is not implemented yet", accepted=("none",)),
-    # The keepalive defaults are gRPC's own, which modelhost's GRPC server keeps.
-    _refused("grpc-keepalive-time", "int", "7200000", GRPC,
-             "Milliseconds between keepalive pings.", "keepalive settings are not configurable yet",
-             accepted=("7200000",)),
-    _refused("grpc-keepalive-timeout", "int", "20000", GRPC,
-             "Milliseconds to wait for a keepalive ping acknowledgement.",
-             "keepalive settings are not configurable yet", accepted=("20000",)),
-    _refused("grpc-keepalive-permit-without-calls", "bool", "false", GRPC,
-             "Allow keepalive pings when no call is in flight.",
-             "keepalive settings are not configurable yet", accepted=("false",)),
-    _refused("grpc-http2-max-pings-without-data", "int", "2", GRPC,
-             "Most pings sent without data (0 = no limit).",
-             "keepalive settings are not configurable yet", accepted=("2",)),
-    _refused("grpc-http2-min-recv-ping-interval-without-data", "int", "300000", GRPC,
-             "Least milliseconds between received pings without data.",
-             "keepalive settings are not configurable yet", accepted=("300000",)),
-    _refused("grpc-http2-max-ping-strikes", "int", "2", GRPC,
-             "Bad pings tolerated before the connection is closed (0 = any number).",
-             "keepalive settings are not configurable yet", accepted=("2",)),
-    _refused("grpc-max-connection-age", "int", "", GRPC, "Most milliseconds a channel may exist.",
-             "connection ages are not configurable yet"),
-    _refused("grpc-max-connection-age-grace", "int", "", GRPC,
-             "Grace period after a channel reaches its maximum age.",
-             "connection ages are not configurable yet"),
-    _refused("grpc-restricted-protocol", "str", "", GRPC,
-             "Require a header for some protocol categories; repeatable.",
-             "protocol restriction is not implemented yet", repeatable=True,
-             metavar="<protocols>:<key>=<value>"),
-    # Metrics
-    _honoured("allow-metrics", "bool", "true", METRICS, "Serve Prometheus metrics at /metrics.",
-              field="allow_metrics"),
-    _honoured("metrics-address", "address", "the --http-address", METRICS,
-              "Address the metrics server binds to.", field="metrics_address"),
-    _honoured("metrics-port", "int", "8002", METRICS, "Port of the metrics server; 0 picks a free port.",
-              field="metrics_port"),
-    _honoured("allow-gpu-metrics", "bool", "true", METRICS,
-              "Report GPU metrics (nv_gpu_*, through NVML: needs the optional nvidia-ml-py and a GPU; "
-              "without them there are simply no GPU families).", field="allow_gpu_metrics"),
-    _honoured("allow-cpu-metrics", "bool", "true", METRICS,
-              "Report CPU and memory metrics (nv_cpu_*, from /proc).", field="allow_cpu_metrics"),
-    _honoured("metrics-interval-ms", "float", "2000", METRICS,
-              "Milliseconds between collections of the per-interval (CPU, GPU) metrics.",
-              field="metrics_interval_ms"),
-    _honoured("metrics-config", "str", "", METRICS,
-              "A metrics setting; repeatable: counter_latencies (true), histogram_latencies (false), "
-              "summary_latencies (false), summary_quantiles (0.5:0.05,0.9:0.01,0.95:0.001,0.99:0.001,"
-              "0.999:0.001).", repeatable=True, metavar="<setting>=<value>"),
-    # Backend
-    _honoured("backend-config", "str", "", BACKEND,
-              "A backend setting; repeatable. Honoured: "
-              + ", ".join(f"{b},{k}" if b else f"{k} (global)" for b, keys in HONOURED_BACKEND_CONFIG.items()
-                          for k in keys)
-              + "; other settings are not supported yet (docs/cli.md says what each does).",
-              repeatable=True, metavar="[<backend>,]<setting>=<value>"),
-    _honoured("backend-directory", "str", "/opt/tritonserver/backends", BACKEND,
-              "Directory of backends: modelhost finds python-based backends there (<dir>/<name>/model.py); its "
-              "other backends are built in.", field="backend_directory"),
-    _ignored("repoagent-directory", "str", "/opt/tritonserver/repoagents", BACKEND,
-             "Directory of repository agent shared libraries.", "modelhost loads no repository agents"),
-    # Tracing
-    _honoured("trace-config", "str", "", TRACING,
-              "A trace setting, global (level, rate, count, mode) or for a mode (triton,file=<path>, "
-              "triton,log-frequency=<n>, opentelemetry,url=<url>, opentelemetry,resource=<k>=<v>, "
-              "opentelemetry,bsp_*=<n>); repeatable. See docs/tracing.md.",
-              repeatable=True, metavar="[<mode>,]<setting>=<value>"),
-    _honoured("trace-file", "str", "", TRACING, "DEPRECATED: use --trace-config triton,file=<path>."),
-    _honoured("trace-level", "str", "OFF", TRACING, "DEPRECATED: use --trace-config level=<level>.",
-              repeatable=True),
-    _honoured("trace-rate", "int", "1000", TRACING, "DEPRECATED: use --trace-config rate=<n>."),
-    _honoured("trace-count", "int", "-1", TRACING, "DEPRECATED: use --trace-config count=<n>."),
-    _honoured("trace-log-frequency", "int", "0", TRACING,
-              "DEPRECATED: use --trace-config triton,log-frequency=<n>."),
-    # Response cache
-    _honoured("cache-config", "str", "", CACHE,
-              "A response cache setting: local,size=<bytes> (the redis cache is not supported yet); repeatable.",
-              repeatable=True, metavar="<cache>,<setting>=<value>"),
-    _ignored("cache-directory", "str", "/opt/tritonserver/caches", CACHE,
-             "Directory of cache shared libraries.", "modelhost loads no cache shared libraries"),
-    _honoured("response-cache-byte-size", "int", "0", CACHE,
-              "DEPRECATED: use --cache-config local,size=<bytes>."),
-    # Rate limiter
-    _honoured("rate-limit", "str", "off", RATE_LIMITER,
-              "Rate limiter mode: off, or execution_count (an instance executes only once the resources its "
-              "instance group's rate_limiter asks for are available; priority weighs who goes next).",
-              metavar="<off|execution_count>"),
-    _honoured("rate-limit-resource", "str", "", RATE_LIMITER,
-              "Copies of a rate limiter resource, on one device or (no device) on each; repeatable. Default: "
-              "the most any loaded instance asks for.",
-              repeatable=True, metavar="<name>:<count>[:<device>]"),
-    # Memory and devices
-    # The memory flags: what they map onto is in modelhost/gpu_memory.py; none has an effect without a GPU.
-    _ignored("pinned-memory-pool-byte-size", "int", "268435456", MEMORY,
-             "Bytes of pinned host memory for host/device copies.",
-             "ONNX Runtime allocates its own pinned host memory and offers no limit for it; modelhost has no "
-             "staging pool of its own"),
-    _honoured("cuda-memory-pool-byte-size", "str", "", MEMORY,
-              "Bytes of GPU memory for a GPU; repeatable. ONNX Runtime's gpu_mem_limit for each instance on "
-              "that GPU (0 = no limit). No effect on a host without a GPU.",
-              repeatable=True, metavar="<gpu>:<bytes>"),
-    _refused("cuda-virtual-address-size", "str", "", MEMORY,
-             "CUDA virtual address size for growable implicit state; repeatable.", _NO_GPU,
-             repeatable=True, metavar="<gpu>:<bytes>"),
-    _refused("min-supported-compute-capability", "float", "", MEMORY,
-             "Least CUDA compute capability of the GPUs used.", _NO_GPU),
-    _ignored("buffer-manager-thread-count", "int", "0", MEMORY,
-             "Threads for tensor copies.", "modelhost copies tensors in the threads that use them"),
-    _honoured("model-memory-budget", "str", "", MEMORY,
-              "modelhost only: bytes the loaded models may take together in host memory (512MiB, 4GB, or a "
-              "percentage of RAM such as 60%). Loads past it first unload idle models, least recently used "
-              "first (explicit mode; never those named by --load-model); a load that still does not fit "
-              "fails (507 / RESOURCE_EXHAUSTED). See docs/model-memory.md.", metavar="<size>"),
-    _refused("host-policy", "str", "", MEMORY,
-             "A host policy setting (numa-node, cpu-cores); repeatable.",
-             "host policies are not implemented yet", repeatable=True,
-             metavar="<policy>,<setting>=<value>"),
-    _honoured("model-load-gpu-limit", "str", "", MEMORY,
-              "Fail the load of a GPU instance when, once created, more than this fraction (0.0 to 1.0) of "
-              "its GPU's memory is in use; repeatable. No effect on a host without a GPU.",
-              repeatable=True, metavar="<gpu>:<fraction>"),
-    # SageMaker
-    _honoured("allow-sagemaker", "bool", "false", SAGEMAKER,
-              "Serve the SageMaker API (/ping, /invocations, and the multi-model /models routes) on "
-              "--sagemaker-port. See docs/sagemaker.md.", field="allow_sagemaker"),
-    _honoured("sagemaker-port", "int", "8080", SAGEMAKER, "Port of the SageMaker API; 0 picks a free port.",
-              field="sagemaker_port"),
-    _honoured("sagemaker-safe-port-range", "str", "", SAGEMAKER,
-              "Ports the listeners other than SageMaker's must use (with --allow-sagemaker=true): startup "
-              "fails when one is outside.", metavar="<low>-<high>"),
-    _ignored("sagemaker-thread-count", "int", "8", SAGEMAKER,
-             "Number of threads serving SageMaker.", _NO_THREAD_POOL),
-    # Vertex AI
-    _refused("allow-vertex-ai", "bool", "true iff AIP_MODE=PREDICTION", VERTEX_AI, "Serve the Vertex AI API.",
-             "the Vertex AI API is not implemented yet", accepted=("false",)),
-    _refused("vertex-ai-port", "int", "AIP_HTTP_PORT or 8080", VERTEX_AI, "Port of the Vertex AI API.",
-             "the Vertex AI API is not implemented yet"),
-    _refused("vertex-ai-default-model", "str", "", VERTEX_AI,
-             "Model for Vertex AI requests that name none.", "the Vertex AI API is not implemented yet"),
-    _ignored("vertex-ai-thread-count", "int", "8", VERTEX_AI,
-             "Number of threads serving Vertex AI.", _NO_THREAD_POOL),
-)  # fmt: skip
-
-FLAGS_BY_NAME: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
-
-_INT = re.compile(r"[+-]?[0-9]+")
 
 # --backend-config values: (backend ("" = global), setting, value)
 BackendSetting = tuple[str, str, str]
@@ -623,7 +263,7 @@ def serve_parser() -> argparse.ArgumentParser:
                     action=_Record,
                     dest=flag.name,
                     nargs=0 if flag.kind == "switch" else None,
-                    metavar=(flag.metavar or _METAVARS[flag.kind]) or None,
+                    metavar=(flag.metavar or METAVARS[flag.kind]) or None,
                     default=argparse.SUPPRESS,
                     help=_help_text(flag).replace("%", "%%"),
                 )
@@ -657,7 +297,7 @@ def _frontend_processes(raw: str) -> int:
     text = raw.strip().lower()
     if text == "auto":
         return auto_frontend_processes(cpu_count())
-    number = _int_or_none(text)
+    number = int_or_none(text)
     if number is None:
         raise CliError(f"--frontend-processes must be a number or auto, got {raw!r}")
     return number
@@ -674,7 +314,7 @@ def _memory_budget(raw: str) -> int:
 
 def _port_range(flag: Flag, raw: str) -> tuple[int, int]:
     low, dash, high = raw.strip().partition("-")
-    if not dash or _int_or_none(low) is None or _int_or_none(high) is None:
+    if not dash or int_or_none(low) is None or int_or_none(high) is None:
         raise CliError(f"{flag.option} format is '<low>-<high>', got {raw!r}")
     return int(low), int(high)
 
@@ -803,7 +443,7 @@ def _convert(flag: Flag, raw: str) -> bool | int | float | str:
             raise CliError(f"{flag.option}: invalid boolean value {raw!r} (use true/false, on/off or 1/0)")
         return value
     if flag.kind == "int":
-        number = _int_or_none(raw)
+        number = int_or_none(raw)
         if number is None:
             raise CliError(f"{flag.option}: invalid integer value {raw!r}")
         return number
@@ -815,11 +455,6 @@ def _convert(flag: Flag, raw: str) -> bool | int | float | str:
     if flag.kind == "address":
         return parse_address(raw)
     return raw
-
-
-def _int_or_none(raw: str) -> int | None:
-    text = raw.strip()
-    return int(text) if _INT.fullmatch(text) else None
 
 
 def _repository(flag: Flag, raw: str) -> str:
@@ -845,7 +480,7 @@ def _gpu_setting(flag: Flag, raw: str) -> tuple[int, str]:
     """tritonserver's `<gpu>:<value>`, split at the first colon; the GPU is an integer (checked for >= 0 by
     ServerOptions, in tritonserver's words)."""
     gpu_text, colon, value = raw.partition(":")
-    gpu = _int_or_none(gpu_text)
+    gpu = int_or_none(gpu_text)
     if not colon or gpu is None:
         raise CliError(f"{flag.option} format is '{flag.metavar}', got {raw!r}")
     return gpu, value
@@ -853,7 +488,7 @@ def _gpu_setting(flag: Flag, raw: str) -> tuple[int, str]:
 
 def _cuda_pool(flag: Flag, raw: str) -> tuple[int, int]:
     gpu, value = _gpu_setting(flag, raw)
-    size = _int_or_none(value)
+    size = int_or_none(value)
     if size is None:
         raise CliError(f"{flag.option}: invalid byte size {value!r} in {raw!r}")
     return gpu, size
@@ -875,40 +510,6 @@ def _load_limit(flag: Flag, raw: str) -> tuple[int, float]:
         return gpu, float(value)
     except ValueError:
         raise CliError(f"{flag.option}: invalid fraction {value!r} in {raw!r}") from None
-
-
-# Documentation ---------------------------------------------------------------------------------------------
-
-
-def flags_markdown() -> str:
-    """The flag tables of docs/cli.md, one per section, from FLAGS."""
-    out: list[str] = []
-    for section in SECTIONS:
-        out += [f"### {section}", "", "| Flag | Default | Status | Meaning |", "|---|---|---|---|"]
-        for flag in (f for f in FLAGS if f.section == section):
-            cells = (_md_flag(flag), _md_text(flag.default or "—"), _md_status(flag), _md_text(flag.help))
-            out.append("| " + " | ".join(cells) + " |")
-        out.append("")
-    return "\n".join(out)
-
-
-def _md_flag(flag: Flag) -> str:
-    usage = flag.option if flag.kind == "switch" else f"{flag.option}={flag.metavar or _METAVARS[flag.kind]}"
-    # In a table, a pipe must be escaped even inside a code span.
-    return f"`{usage}`".replace("|", "\\|") + (" (repeatable)" if flag.repeatable else "")
-
-
-def _md_status(flag: Flag) -> str:
-    if flag.status is Status.IGNORED:
-        return f"ignored: {_md_text(flag.note)}"
-    if flag.status is Status.REFUSED:
-        accepted = ", ".join(f"`{value}`" for value in flag.accepted)
-        return f"not supported yet: {_md_text(flag.note)}" + (f" (accepted: {accepted})" if accepted else "")
-    return "**honoured**"
-
-
-def _md_text(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ _FLAGS_AFTER = 4
 
 
 def markdown(flags: Sequence[Any], sections: Sequence[str]) -> str:
-    """The page; `flags` and `sections` are the CLI's table (modelhost.cli.main.FLAGS, SECTIONS)."""
+    """The page; `flags` and `sections` are the CLI's table (modelhost.cli.flags.FLAGS, SECTIONS)."""
     tables = _tables()
     out = [
         "# Compatibility with Triton Inference Server",
