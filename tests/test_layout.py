@@ -68,7 +68,7 @@ def test_no_import_cycles() -> None:
 _BACKEND_PACKAGES = {p.name for p in (PACKAGE / "backends").iterdir() if (p / "__init__.py").is_file()}
 # The one reach into a backend from outside: client shared-memory registration refuses the region prefix the
 # python backend names its own regions with, which that backend's settings define.
-_ALLOWED_REACH = {("modelhost.app", "modelhost.backends.python.instance")}
+_ALLOWED_REACH = {("modelhost.app", "modelhost.backends.python.process")}
 
 
 def test_backends_are_reached_only_through_the_registry() -> None:

@@ -73,7 +73,7 @@ def _rate_limiter(options: ServerOptions) -> RateLimiter | None:
 def _reserved_shm_prefixes(options: ServerOptions) -> tuple[str, ...]:
     """Keys no client may register: Triton's python backend prefix, and the one this server's python backend
     names its own shared memory with (--backend-config=python,shm-region-prefix-name=...)."""
-    from modelhost.backends.python.instance import StubSettings
+    from modelhost.backends.python.process import StubSettings
 
     own = StubSettings.from_backend_config(options.backend_config.get("python", {})).shm_region_prefix_name
     return tuple(dict.fromkeys((RESERVED_PREFIX, own)))

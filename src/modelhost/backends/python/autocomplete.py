@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from modelhost.backends.python.instance import StubSettings, exchange, spawn_stub
+from modelhost.backends.python.process import StubSettings, exchange, spawn_stub
 from modelhost.config.json_form import config_from_json, config_to_json
 from modelhost.errors import ModelConfigError, ModelhostError
 from modelhost.repository.layout import version_directories

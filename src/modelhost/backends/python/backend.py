@@ -12,7 +12,8 @@ from typing import Any
 
 from modelhost.backends.api import BackendContext
 from modelhost.backends.python.autocomplete import autocomplete_python
-from modelhost.backends.python.instance import PythonInstance, StubSettings
+from modelhost.backends.python.instance import PythonInstance
+from modelhost.backends.python.process import StubSettings
 from modelhost.errors import ModelConfigError
 
 

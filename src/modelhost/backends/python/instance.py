@@ -1,4 +1,5 @@
-"""One instance of a python model, seen from the server: a stub process, spawned, fed requests, watched.
+"""One instance of a python model, seen from the server: a stub process, spawned, fed requests, watched (the stub
+process itself: process.py; the model's calls into the engine: bls.py).
 
 The instance is created (stub spawned, model initialized) on a loading thread with blocking I/O, then its socket
 is handed to the event loop, where everything else happens: execute calls, decoupled responses, the model's BLS
@@ -16,219 +17,42 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from modelhost.backends.api import Arrays, BackendContext, Job, ResponseSink
+from modelhost.backends.api import Arrays, BackendContext, Job
 from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
-from modelhost.backends.python.ipc import Arena, FrameReader, SegmentMap, as_refs, put_tensor, view_tensor
-from modelhost.backends.sequence import SEQUENCE_END, SEQUENCE_START, sequence_params
+from modelhost.backends.python.bls import ERRORS_BY_CODE, ModelCalls
+from modelhost.backends.python.ipc import Arena, as_refs, put_tensor, view_tensor
+from modelhost.backends.python.process import (
+    FREES_PER_MESSAGE,
+    Stub,
+    StubFailed,
+    StubProtocol,
+    StubSettings,
+    exchange,
+    spawn_stub,
+    stub_numbers,
+)
+from modelhost.backends.sequence import sequence_params
 from modelhost.config import config_to_json
 from modelhost.errors import (
-    AlreadyExists,
-    Cancelled,
     InternalError,
     InvalidArgument,
     ModelConfigError,
     ModelhostError,
-    NotFound,
-    OutOfMemory,
     Unavailable,
-    UnknownError,
-    Unsupported,
 )
 from modelhost.io_specs import TensorSpec, format_shape, output_specs
-from modelhost.types import SEQUENCE_PARAMETERS, InferenceRequest, RequestedOutput, Tensor
+from modelhost.types import SEQUENCE_PARAMETERS
 
 log = logging.getLogger("modelhost.python")
 
 FINAL = 1  # TRITONSERVER_RESPONSE_COMPLETE_FINAL
 READY_CHECK_TIMEOUT_S = 5.0
-
-# pb_utils.TritonError codes (Triton's enum order) <-> modelhost's errors.
-_ERRORS_BY_CODE: dict[int, type[ModelhostError]] = {
-    0: UnknownError,
-    1: InternalError,  # INTERNAL
-    2: NotFound,
-    3: InvalidArgument,
-    4: Unavailable,
-    5: Unsupported,
-    6: AlreadyExists,
-    7: Cancelled,
-}
-_CODES_BY_ERROR: dict[type[ModelhostError], int] = {
-    UnknownError: 0,
-    NotFound: 2,
-    InvalidArgument: 3,
-    Unavailable: 4,
-    Unsupported: 5,
-    AlreadyExists: 6,
-    Cancelled: 7,
-}
-
-
-def error_code(error: ModelhostError) -> int:
-    for cls in type(error).__mro__:
-        if cls in _CODES_BY_ERROR:
-            return _CODES_BY_ERROR[cls]
-    return 1
-
-
-@dataclass(frozen=True, slots=True)
-class StubSettings:
-    """--backend-config=python,... settings (Triton's names and defaults)."""
-
-    shm_default_byte_size: int = 1 << 20
-    shm_growth_byte_size: int = 1 << 20
-    stub_timeout_seconds: int = 30
-    shm_region_prefix_name: str = "modelhost_python_"
-
-    @classmethod
-    def from_backend_config(cls, config: dict[str, str]) -> StubSettings:
-        return cls(
-            shm_default_byte_size=int(config.get("shm-default-byte-size", 1 << 20)),
-            shm_growth_byte_size=int(config.get("shm-growth-byte-size", 1 << 20)),
-            stub_timeout_seconds=int(config.get("stub-timeout-seconds", 30)),
-            shm_region_prefix_name=config.get("shm-region-prefix-name", "modelhost_python_"),
-        )
-
-
-class StubFailed(InternalError):
-    pass
-
-
-@dataclass(slots=True)
-class _Stub:
-    """One stub process and the memory and messages that live and die with it."""
-
-    number: int  # unique in this server: names its shared memory and its metrics
-    prefix: str  # of its shared-memory files
-    process: subprocess.Popen[bytes]
-    sock: socket.socket
-    arena: Arena
-    segments: SegmentMap = field(default_factory=SegmentMap)
-    transport: asyncio.Transport | None = None
-    # Blocks of the stub's arena we are done with, sent back with our next message.
-    frees: list[tuple[str, int]] = field(default_factory=list)
-    executing: dict[int, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
-    sinks: dict[int, ResponseSink] = field(default_factory=dict)
-    # The model's BLS and model-control calls being served, by the id of their message.
-    tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
-    finalized: threading.Event = field(default_factory=threading.Event)
-    closing: bool = False
-
-
-class _StubProtocol(asyncio.Protocol):
-    def __init__(self, instance: PythonInstance, stub: _Stub) -> None:
-        self.instance = instance
-        self.stub = stub
-        self.reader = FrameReader()
-
-    def data_received(self, data: bytes) -> None:
-        for message in self.reader.feed(data):
-            self.instance.on_message(self.stub, message)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.instance.on_stub_lost(self.stub)
-
-
-_stub_numbers = itertools.count(1)
-_swept: set[str] = set()
-# Blocks of a stub's memory we are done with, sent back with our next message; past this many, at once.
-_FREES_PER_MESSAGE = 64
-
-
-def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[bytes], socket.socket, str]:
-    """A new stub process, the server's end of its socket, and the name prefix of its shared memory."""
-    # Once per prefix: the shared memory a killed server with that prefix left in /dev/shm.
-    if settings.shm_region_prefix_name not in _swept:
-        _swept.add(settings.shm_region_prefix_name)
-        removed = ipc.sweep_stale_segments(settings.shm_region_prefix_name)
-        if removed:
-            log.info("removed %d shared memory segments left by a server that is gone", len(removed))
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    prefix = f"{settings.shm_region_prefix_name}{os.getpid()}_{stub_id}_"
-    command = [
-        sys.executable,
-        "-m",
-        "modelhost.backends.python.stub",
-        str(child.fileno()),
-        prefix + "s_",
-        str(settings.shm_default_byte_size),
-        str(settings.shm_growth_byte_size),
-    ]
-    try:
-        # Its own session: a Ctrl-C or a SIGTERM to the server's process group is the server's to handle; the
-        # server then finalizes the model and ends the stub.
-        process = subprocess.Popen(
-            command, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True
-        )
-    except BaseException:
-        parent.close()
-        raise
-    finally:
-        child.close()
-    return process, parent, prefix
-
-
-def exchange(
-    sock: socket.socket,
-    process: subprocess.Popen[bytes],
-    message: dict[str, Any],
-    answer: str,
-    timeout_s: float,
-    what: str,
-    on_other: Callable[[dict[str, Any]], None] | None = None,
-    unbounded_after: str | None = None,
-) -> dict[str, Any]:
-    """Send a message and wait for the `answer` op with blocking I/O (before the socket goes to the event
-    loop); what else the model says meanwhile (its logs) goes to `on_other`. Once the `unbounded_after` op
-    arrives, the wait has no deadline (the process exiting still ends it)."""
-    sock.settimeout(timeout_s)
-    reader = FrameReader()
-    deadline: float | None = time.monotonic() + timeout_s
-    try:
-        sock.sendall(ipc.encode(message))
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                code = process.wait()
-                if code == -signal.SIGKILL:  # what the kernel's OOM killer sends
-                    raise OutOfMemory(
-                        f"the stub process of {what} was killed (SIGKILL) before answering, most likely by the "
-                        "kernel's OOM killer: out of memory"
-                    )
-                raise StubFailed(f"the stub process of {what} exited with code {code} before answering")
-            for reply in reader.feed(data):
-                if reply["op"] == answer:
-                    return reply
-                if reply["op"] == unbounded_after:
-                    deadline = None
-                    sock.settimeout(None)
-                elif on_other is not None:
-                    on_other(reply)
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError
-    except TimeoutError:
-        raise StubFailed(
-            f"the stub process of {what} did not answer within {timeout_s:g} s "
-            "(--backend-config=python,stub-timeout-seconds)"
-        ) from None
-    except OSError as e:
-        raise StubFailed(f"the stub process of {what} could not be reached: {e}") from e
-    finally:
-        with contextlib.suppress(OSError):
-            sock.settimeout(None)
 
 
 def input_device(config: Any, kind: str, device_id: int) -> int | None:
@@ -258,6 +82,8 @@ class PythonInstance:
         self.model_name = ctx.model_name
         self.model_file = model_file
         self.settings = StubSettings.from_backend_config(ctx.backend_config)
+        # The model's BLS and model-control calls into the engine.
+        self.calls = ModelCalls(self.name, ctx.services, self.settings.stub_timeout_seconds, self._send)
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
         self.outputs: dict[str, TensorSpec] = output_specs(ctx.config)
         self.max_batch_size = int(ctx.config.max_batch_size)
@@ -290,11 +116,11 @@ class PythonInstance:
 
     # -- starting a stub (blocking: a loading thread, or a worker thread during a restart) ---------------------
 
-    def _start_stub(self) -> _Stub:
-        number = next(_stub_numbers)
+    def _start_stub(self) -> Stub:
+        number = next(stub_numbers)
         settings = self.settings
         process, sock, prefix = spawn_stub(settings, number)
-        stub = _Stub(
+        stub = Stub(
             number,
             prefix,
             process,
@@ -328,7 +154,7 @@ class PythonInstance:
         self._healthy.set()
         return stub
 
-    def _attach(self, stub: _Stub) -> None:
+    def _attach(self, stub: Stub) -> None:
         """Hand a new stub's socket to the event loop, from the loading thread."""
         loop = self.ctx.services.loop
         if loop is None:
@@ -337,13 +163,15 @@ class PythonInstance:
         future = asyncio.run_coroutine_threadsafe(self._attach_async(stub), loop)
         future.result(self.settings.stub_timeout_seconds)
 
-    async def _attach_async(self, stub: _Stub) -> None:
+    async def _attach_async(self, stub: Stub) -> None:
         loop = asyncio.get_running_loop()
         stub.sock.setblocking(False)
-        transport, _ = await loop.create_connection(lambda: _StubProtocol(self, stub), sock=stub.sock)
+        transport, _ = await loop.create_connection(
+            lambda: StubProtocol(stub, self.on_message, self.on_stub_lost), sock=stub.sock
+        )
         stub.transport = transport
 
-    def _kill(self, stub: _Stub) -> None:
+    def _kill(self, stub: Stub) -> None:
         with contextlib.suppress(ProcessLookupError):
             stub.process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -353,7 +181,7 @@ class PythonInstance:
         stub.arena.close()
         self._unlink_stub_segments(stub)
 
-    def _unlink_stub_segments(self, stub: _Stub) -> None:
+    def _unlink_stub_segments(self, stub: Stub) -> None:
         """The stub's own shared memory, left behind when it dies without cleaning up."""
         prefix = stub.prefix + "s_"
         with contextlib.suppress(OSError):
@@ -364,20 +192,20 @@ class PythonInstance:
 
     # -- messages from the stub (on the event loop) ------------------------------------------------------------
 
-    def _send(self, stub: _Stub, message: dict[str, Any]) -> None:
+    def _send(self, stub: Stub, message: dict[str, Any]) -> None:
         if stub.frees:
             message["free"], stub.frees = stub.frees, []
         if stub.transport is None or stub.transport.is_closing():
             raise StubFailed(f"the stub process of model instance '{self.name}' is not running")
         stub.transport.write(ipc.encode(message))
 
-    def _on_message_while_starting(self, stub: _Stub, message: dict[str, Any]) -> None:
+    def _on_message_while_starting(self, stub: Stub, message: dict[str, Any]) -> None:
         if message["op"] == "control":
-            self._on_control_while_starting(stub, message)
+            self.calls.on_control_while_starting(stub, message)
         else:
             self.on_message(stub, message)
 
-    def on_message(self, stub: _Stub, message: dict[str, Any]) -> None:
+    def on_message(self, stub: Stub, message: dict[str, Any]) -> None:
         for segment, offset in message.pop("free", ()):
             stub.arena.free(segment, offset)
         op = message["op"]
@@ -392,7 +220,7 @@ class PythonInstance:
         elif op in ("metric_family", "metric", "metric_update", "metric_value"):
             self._on_metric(stub, message)
         elif op in ("bls", "control"):
-            handler = self._on_bls if op == "bls" else self._on_control
+            handler = self.calls.on_bls if op == "bls" else self.calls.on_control
             task = asyncio.get_running_loop().create_task(handler(stub, message))
             task_id: int = message["id"]
             stub.tasks[task_id] = task
@@ -417,7 +245,7 @@ class PythonInstance:
         where = f"{os.path.basename(message.get('file') or 'model.py')}:{message.get('line', 0)}"
         log.log(level, "%s: %s", where, message["message"])
 
-    def _on_metric(self, stub: _Stub, message: dict[str, Any]) -> None:
+    def _on_metric(self, stub: Stub, message: dict[str, Any]) -> None:
         metrics = self.ctx.services.custom_metrics
         op = message["op"]
         try:
@@ -526,7 +354,7 @@ class PythonInstance:
         self.submit(jobs, done)
 
     def _outcomes(
-        self, stub: _Stub, jobs: list[Job], keys: list[int], reply: dict[str, Any]
+        self, stub: Stub, jobs: list[Job], keys: list[int], reply: dict[str, Any]
     ) -> list[Arrays | BaseException]:
         if reply.get("error"):
             for key in keys:
@@ -539,7 +367,7 @@ class PythonInstance:
             self._outputs(stub, job, response) for job, response in zip(jobs, reply["responses"], strict=True)
         ]
 
-    def _describe(self, stub: _Stub, key: int, job: Job) -> dict[str, Any]:
+    def _describe(self, stub: Stub, key: int, job: Job) -> dict[str, Any]:
         request = job.request
         inputs = [put_tensor(stub.arena, name, array) for name, array in job.inputs.items()]
         parameters = (
@@ -566,11 +394,11 @@ class PythonInstance:
             "parameters": json.dumps(parameters) if parameters else "{}",
         }
 
-    def _cancel(self, stub: _Stub, key: int) -> None:
+    def _cancel(self, stub: Stub, key: int) -> None:
         with contextlib.suppress(StubFailed):
             self._send(stub, {"op": "cancel", "key": key})
 
-    def _outputs(self, stub: _Stub, job: Job, response: dict[str, Any] | None) -> Arrays | BaseException:
+    def _outputs(self, stub: Stub, job: Job, response: dict[str, Any] | None) -> Arrays | BaseException:
         if response is None:
             return InternalError(f"model '{self.model_name}' returned no response for the request")
         arrays = self._arrays(stub, response)
@@ -578,14 +406,14 @@ class PythonInstance:
             return arrays
         return self._check_outputs(job, arrays)
 
-    def _arrays(self, stub: _Stub, response: dict[str, Any]) -> Arrays | BaseException:
+    def _arrays(self, stub: Stub, response: dict[str, Any]) -> Arrays | BaseException:
         """A response's tensors copied out of the stub's memory (whose blocks then go back), or its error."""
         arrays: Arrays = {}
         for ref in as_refs(response.get("outputs")):
             view = view_tensor(stub.segments, ref)
             arrays[ref.name] = view if ref.datatype == "BYTES" else view.copy()
             stub.frees.append((ref.segment, ref.offset))
-        if len(stub.frees) >= _FREES_PER_MESSAGE:
+        if len(stub.frees) >= FREES_PER_MESSAGE:
             # A long stream of responses and no request to carry the frees back: send them on their own, so the
             # stub's memory stays bounded.
             with contextlib.suppress(StubFailed):
@@ -593,7 +421,7 @@ class PythonInstance:
         error = response.get("error")
         if error is not None:
             message, code = error
-            return _ERRORS_BY_CODE.get(int(code), InternalError)(message)
+            return ERRORS_BY_CODE.get(int(code), InternalError)(message)
         return arrays
 
     def _check_outputs(self, job: Job, arrays: Arrays) -> Arrays | BaseException:
@@ -633,7 +461,7 @@ class PythonInstance:
             return False
         return True
 
-    def _on_response(self, stub: _Stub, message: dict[str, Any]) -> None:
+    def _on_response(self, stub: Stub, message: dict[str, Any]) -> None:
         key = message["key"]
         sink = stub.sinks.get(key)
         final = bool(message["flags"] & FINAL)
@@ -652,153 +480,9 @@ class PythonInstance:
         else:
             sink.put(arrays, None, final)
 
-    # -- BLS and model control: the model calling the server ---------------------------------------------------
-
-    async def _on_bls(self, stub: _Stub, message: dict[str, Any]) -> None:
-        """Run a model's BLS request through the server. Whatever happens, the model gets a final reply (an
-        error one, if need be): a model waiting for a reply that never comes would hang its instance."""
-        server = self.ctx.services.engine
-        reply_id, model = message["id"], message["model"]
-        try:
-            request = self._bls_request(stub, message)
-            if server is None:
-                raise Unavailable("BLS is not available: the model runs outside a server")
-            if not server.model_healthy(model, request.model_version):
-                raise InternalError(
-                    f"Failed for execute the inference request. Model '{model}' is not ready."
-                )
-            if server.decoupled(model, request.model_version) and not message["decoupled"]:
-                raise InternalError(
-                    f"Model {model} is using the decoupled. The current BLS request call doesn't support models "
-                    "using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' "
-                    "or 'async_exec' calls for decoupled models.'"
-                )
-            if message["decoupled"]:
-                async for response in server.infer_stream(request):
-                    midway = response.error if isinstance(response.error, ModelhostError) else None
-                    self._send_bls_reply(stub, reply_id, response.outputs, midway, final=False)
-                self._send_bls_reply(stub, reply_id, [], None, final=True)
-            else:
-                response = await server.infer(request)
-                self._send_bls_reply(stub, reply_id, response.outputs, None, final=True)
-            return
-        except asyncio.CancelledError:  # the model cancelled its decoupled BLS stream, or its stub went away
-            error: ModelhostError = Cancelled(f"the BLS request to model '{model}' was cancelled")
-        except ModelhostError as e:
-            error = e
-        except Exception as e:  # a fault of ours: still an answer for the model, and a trace in the log
-            log.exception("BLS request of model instance '%s' to '%s' failed", self.name, model)
-            error = InternalError(f"{type(e).__name__}: {e}")
-        # Triton's wording: the model called, then what went wrong; returned to the model, never raised.
-        wrapped = type(error)(f"Model {model} - Error when running inference: {error}")
-        with contextlib.suppress(StubFailed):  # only if our own stub has gone meanwhile
-            self._send_bls_reply(stub, reply_id, [], wrapped, final=True)
-
-    def _bls_request(self, stub: _Stub, message: dict[str, Any]) -> InferenceRequest:
-        """The request a BLS message describes, its inputs copied out of the stub's memory (freed at once)."""
-        refs = as_refs(message["inputs"])
-        try:
-            inputs = [
-                Tensor(ref.name, ref.datatype, list(ref.shape), _owned(view_tensor(stub.segments, ref)))
-                for ref in refs
-            ]
-        finally:
-            stub.frees.extend((ref.segment, ref.offset) for ref in refs)
-        parameters = json.loads(message["parameters"] or "{}")
-        if not isinstance(parameters, dict):
-            raise InvalidArgument("BLS request parameters must be a JSON object")
-        # A stateful BLS request (correlation_id and flags) reaches the sequence batcher as a client's would.
-        correlation_id, flags = message.get("correlation_id", 0), int(message.get("flags") or 0)
-        if correlation_id not in (0, ""):
-            parameters["sequence_id"] = correlation_id
-        if flags & SEQUENCE_START:
-            parameters["sequence_start"] = True
-        if flags & SEQUENCE_END:
-            parameters["sequence_end"] = True
-        return InferenceRequest(
-            model_name=message["model"],
-            model_version=message["version"],
-            id=message["request_id"],
-            inputs=inputs,
-            outputs=[RequestedOutput(name) for name in message["outputs"]],
-            parameters=parameters,
-            timeout_us=int(message["timeout"] or 0),
-        )
-
-    def _send_bls_reply(
-        self, stub: _Stub, reply_id: int, outputs: list[Tensor], error: ModelhostError | None, final: bool
-    ) -> None:
-        refs = [put_tensor(stub.arena, t.name, t.data, t.datatype) for t in outputs]
-        self._send(
-            stub,
-            {
-                "op": "reply",
-                "id": reply_id,
-                "outputs": refs,
-                "error": None if error is None else (str(error), error_code(error)),
-                "final": final,
-            },
-        )
-
-    async def _on_control(self, stub: _Stub, message: dict[str, Any]) -> None:
-        result, error = await self._control(message)
-        with contextlib.suppress(StubFailed):
-            self._send(stub, {"op": "reply", "id": message["id"], "result": result, "error": error})
-
-    def _on_control_while_starting(self, stub: _Stub, message: dict[str, Any]) -> None:
-        """Model control from `initialize` (Triton serves it: a model may load the models it calls), on the
-        loading thread while the stub's socket is not yet the event loop's: the request runs on the loop, the
-        answer goes back on the blocking socket. Bounded by the stub timeout: a load that waits on this one (the
-        model loading itself) fails instead of waiting forever."""
-        loop = self.ctx.services.loop
-        result: Any = None
-        error: str | None = None
-        if loop is None:
-            error = "model control is not available: the model runs outside a server"
-        else:
-            future = asyncio.run_coroutine_threadsafe(self._control(message), loop)
-            try:
-                result, error = future.result(self.settings.stub_timeout_seconds)
-            except TimeoutError:
-                future.cancel()
-                error = (
-                    f"the model control request did not complete within {self.settings.stub_timeout_seconds:g} s "
-                    "(a load waiting for this model's own load?)"
-                )
-        reply = {"op": "reply", "id": message["id"], "result": result, "error": error}
-        with contextlib.suppress(OSError):
-            stub.sock.sendall(ipc.encode(reply))
-
-    async def _control(self, message: dict[str, Any]) -> tuple[Any, str | None]:
-        server = self.ctx.services.engine
-        kwargs = message.get("kwargs") or {}
-        result: Any = None
-        error: str | None = None
-        try:
-            if server is None:
-                raise Unavailable("model control is not available: the model runs outside a server")
-            op, name = message["control"], message["model"]
-            if op == "load":
-                parameters: dict[str, Any] = {}
-                if kwargs.get("config"):
-                    parameters["config"] = kwargs["config"]
-                for path, content in (kwargs.get("files") or {}).items():
-                    parameters[path] = content
-                await server.load_model(name, parameters, files_base64=False)
-            elif op == "unload":
-                await server.unload_model(name, {"unload_dependents": bool(kwargs.get("unload_dependents"))})
-            else:
-                result = server.model_healthy(name, str(kwargs.get("model_version") or ""))
-        except ModelhostError as e:
-            error = str(e)
-        except Exception as e:  # still an answer: the model waits for one
-            log.exception("model control request of model instance '%s' failed", self.name)
-            error = f"{type(e).__name__}: {e}"
-        return result, error
-
     # -- failures and restarts ---------------------------------------------------------------------------------
 
-    def _on_timeout(self, stub: _Stub, timeout_us: int) -> None:
+    def _on_timeout(self, stub: Stub, timeout_us: int) -> None:
         log.error(
             "model instance '%s' of '%s' exceeded a request timeout of %d us: restarting its stub process",
             self.name,
@@ -808,7 +492,7 @@ class PythonInstance:
         with contextlib.suppress(ProcessLookupError):
             stub.process.send_signal(signal.SIGKILL)  # the loss of its connection then restarts it
 
-    def on_stub_lost(self, stub: _Stub) -> None:
+    def on_stub_lost(self, stub: Stub) -> None:
         if stub.closing or self._closed:
             return
         self._healthy.clear()
@@ -849,7 +533,7 @@ class PythonInstance:
         self._failure = None
         log.info("model instance '%s' of '%s' restarted", self.name, self.model_name)
 
-    async def _ready_stub(self) -> _Stub:
+    async def _ready_stub(self) -> Stub:
         if self._restart is not None and not self._restart.done():
             await asyncio.shield(self._restart)
         if self._failure is not None:
@@ -891,18 +575,13 @@ class PythonInstance:
                 loop.call_soon_threadsafe(_close_transport, stub)
         self._kill(stub)
 
-    def _send_finalize(self, stub: _Stub) -> None:
+    def _send_finalize(self, stub: Stub) -> None:
         try:
             self._send(stub, {"op": "finalize"})
         except StubFailed:
             stub.finalized.set()
 
 
-def _close_transport(stub: _Stub) -> None:
+def _close_transport(stub: Stub) -> None:
     if stub.transport is not None:
         stub.transport.close()
-
-
-def _owned(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """A copy that no longer views the other process's memory (BYTES arrays are new already)."""
-    return array if array.dtype == np.object_ else array.copy()
