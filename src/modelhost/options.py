@@ -128,7 +128,8 @@ class ServerOptions:
     cache_config: list[str] = field(default_factory=list)
     # --trace-config values as given (the deprecated trace flags translated), see tracing/settings.py.
     trace_config: list[str] = field(default_factory=list)
-    # --frontend-processes (`auto` resolved by auto_frontend_processes): 0 = HTTP served by the engine process.
+    # --frontend-processes (`auto` resolved by auto_frontend_processes): 0 = every protocol served by the engine
+    # process.
     frontend_processes: int = 0
     # --frontend-buffer-byte-size: request bytes one frontend process may have in flight to the engine.
     frontend_buffer_byte_size: int = DEFAULT_FRONTEND_BUFFER_BYTE_SIZE
