@@ -135,7 +135,7 @@ class FrontendSupervisor:
                 f"frontend process {index} failed to start (exit status {process.returncode}); see its log above"
             )
         exited.cancel()
-        log.info("frontend process %d (pid %d) serves HTTP", index, process.pid)
+        log.info("frontend process %d (pid %d) is serving", index, process.pid)
         watcher = asyncio.ensure_future(self._watch(index, process))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)

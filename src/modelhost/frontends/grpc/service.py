@@ -15,7 +15,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped]
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
-from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, CallContext, EngineAPI
+from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, CallContext, EngineAPI, ShmKind
 from modelhost.errors import (
     DecoupledModel,
     InvalidArgument,
@@ -257,14 +257,16 @@ class GrpcService:
             self.engine.sent(core, send_started, last=False)
         return answer
 
+    async def _shm_status(self, kind: ShmKind, name: str, response_type: Any) -> Any:
+        """The regions of `kind` (or the one named) as a status response of `response_type`."""
+        response = response_type()
+        for region in await self.engine.shared_memory_status(kind, name):
+            response.regions[region["name"]].CopyFrom(response_type.RegionStatus(**region))
+        return response
+
     @_answered(lambda request: "system shared memory status")
     async def SystemSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
-        response = service_pb2.SystemSharedMemoryStatusResponse()
-        for region in await self.engine.shared_memory_status(SYSTEM_SHM, request.name):
-            response.regions[region["name"]].CopyFrom(
-                service_pb2.SystemSharedMemoryStatusResponse.RegionStatus(**region)
-            )
-        return response
+        return await self._shm_status(SYSTEM_SHM, request.name, service_pb2.SystemSharedMemoryStatusResponse)
 
     @_answered(lambda request: f"registration of shared memory region '{request.name}'")
     async def SystemSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
@@ -280,12 +282,7 @@ class GrpcService:
 
     @_answered(lambda request: "CUDA shared memory status")
     async def CudaSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
-        response = service_pb2.CudaSharedMemoryStatusResponse()
-        for region in await self.engine.shared_memory_status(CUDA_SHM, request.name):
-            response.regions[region["name"]].CopyFrom(
-                service_pb2.CudaSharedMemoryStatusResponse.RegionStatus(**region)
-            )
-        return response
+        return await self._shm_status(CUDA_SHM, request.name, service_pb2.CudaSharedMemoryStatusResponse)
 
     @_answered(lambda request: f"registration of CUDA shared memory region '{request.name}'")
     async def CudaSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
