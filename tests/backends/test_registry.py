@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tritonclient.grpc.model_config_pb2 import ModelConfig
+from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from modelhost.backends import registry
 from modelhost.errors import ModelConfigError
@@ -104,3 +104,30 @@ def test_a_python_based_backend_sees_the_python_settings_under_its_own(
     table = {"": {"a": "global"}, "python": {"a": "python", "b": "python"}, "echo": {"b": "echo"}}
     assert registry.backend_settings(table, "echo") == {"a": "python", "b": "echo"}
     assert registry.backend_settings(table, "onnxruntime") == {"a": "global"}
+
+
+def test_onnxruntime_runs_on_a_gpu_only_with_its_cuda_provider() -> None:
+    import onnxruntime
+
+    has_cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    assert registry.runs_on_gpu("onnxruntime", "m") is has_cuda
+    # Backends without the hook, and names no backend has, are taken to run where they are told.
+    assert registry.runs_on_gpu("python", "m") is True
+    assert registry.runs_on_gpu("no_such_backend", "m") is True
+
+
+def test_an_onnx_model_without_instance_groups_runs_on_the_cpu_of_a_gpu_host_without_onnxruntime_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modelhost.backends.onnxruntime.backend import OnnxRuntimeBackend
+    from modelhost.config import complete_model_config
+
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    config = ModelConfig(backend="onnxruntime")
+    for gpu_capable, kind in ((False, "KIND_CPU"), (True, "KIND_GPU")):
+        monkeypatch.setattr(
+            OnnxRuntimeBackend, "gpu_capable", staticmethod(lambda capable=gpu_capable: capable)
+        )
+        completed = complete_model_config(config, model_dir, source="test", auto_complete=False, gpu_count=1)
+        assert [ModelInstanceGroup.Kind.Name(g.kind) for g in completed.instance_group] == [kind]

@@ -40,7 +40,11 @@ def test_no_config_add_sub_model(make_model: ModelFactory) -> None:
     assert (group.name, group.count, group.kind, list(group.gpus)) == ("simple", 2, group.KIND_CPU, [])
 
 
-def test_no_config_on_a_gpu_server(make_model: ModelFactory) -> None:
+def test_no_config_on_a_gpu_server(make_model: ModelFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from modelhost.backends.onnxruntime.backend import OnnxRuntimeBackend
+
+    # With onnxruntime-gpu (tests/backends/test_registry.py: without it, the CPU).
+    monkeypatch.setattr(OnnxRuntimeBackend, "gpu_capable", staticmethod(lambda: True))
     config = load_model_config(make_model("simple"), gpu_count=2)
     group = config.instance_group[0]
     assert (group.name, group.count, group.kind, list(group.gpus)) == ("simple", 1, group.KIND_GPU, [0, 1])

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from google.protobuf import text_format  # type: ignore[import-untyped]
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
@@ -114,3 +115,18 @@ def test_idempotent() -> None:
     again.CopyFrom(config)
     normalize_config(again, "m", gpu_count=1)
     assert again == config
+
+
+def test_a_backend_that_cannot_run_on_a_gpu_here_gets_cpu_instances_on_a_gpu_host(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = text_format.Parse(
+        'backend: "onnxruntime" instance_group [ {}, { kind: KIND_GPU } ]', ModelConfig()
+    )
+    normalize_config(config, "m", gpu_count=1, gpu_backend=False)
+    # KIND_AUTO becomes the CPU, with a warning; a group that asks for the GPU keeps it (its load says why not).
+    assert _groups(config) == [("m_0", 2, CPU, []), ("m_1", 1, GPU, [0])]
+    assert "cannot run on a GPU here" in caplog.text and "'m_0'" in caplog.text
+    caplog.clear()
+    normalize_config(config, "m", gpu_count=1, gpu_backend=False)
+    assert "cannot run on a GPU here" not in caplog.text  # said once, not again at the second pass

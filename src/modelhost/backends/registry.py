@@ -137,6 +137,18 @@ def _backend_class(name: str, model_name: str) -> type[Backend] | None:
     return cls
 
 
+def runs_on_gpu(name: str, model_name: str) -> bool:
+    """Whether the backend's instances can run on a GPU here: False only where its class says so with a
+    `gpu_capable()` static method (ONNX Runtime without its CUDA provider). A backend that cannot be imported
+    answers True, and its load says why."""
+    try:
+        cls = _backend_class(name, model_name) if python_based(name) is None else None
+    except MissingExtra:
+        return True
+    capable = getattr(cls, "gpu_capable", None)
+    return True if capable is None else bool(capable())
+
+
 def backend_module(name: str) -> str:
     """The module that implements a backend ("" for a name no backend has)."""
     entry = _BACKENDS.get(name)
@@ -218,6 +230,7 @@ __all__ = [
     "python_based",
     "register",
     "run_converter",
+    "runs_on_gpu",
     "set_backend_directory",
     "supported",
 ]

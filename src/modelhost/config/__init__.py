@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.registry import autocomplete
+from modelhost.backends.registry import autocomplete, runs_on_gpu
 from modelhost.config.backend_fill import fill_backend_fields
 from modelhost.config.constants import DEFAULT_MAX_BATCH_SIZE
 from modelhost.config.files import CONFIG_FILENAME, config_path, parse_config_text, read_config
@@ -54,7 +54,9 @@ def complete_model_config(
     else:
         model_name = model_dir.name
     fill_backend_fields(completed, model_name, model_dir)
-    normalize_config(completed, model_name, gpu_count=gpu_count)
+    # Asked only on a GPU host: the answer may import the backend's framework.
+    gpu_backend = gpu_count == 0 or runs_on_gpu(completed.backend, model_name)
+    normalize_config(completed, model_name, gpu_count=gpu_count, gpu_backend=gpu_backend)
     try:
         check_config(completed, model_name, gpu_count, complete=False)
     except InvalidConfig as err:
@@ -68,7 +70,7 @@ def complete_model_config(
     if auto_complete and autocomplete(
         completed, model_dir, default_max_batch_size=default_max_batch_size, backend_config=backend_config
     ):
-        normalize_config(completed, model_name, gpu_count=gpu_count)
+        normalize_config(completed, model_name, gpu_count=gpu_count, gpu_backend=gpu_backend)
     validate_config(completed, model_name, source, gpu_count)
     return completed
 

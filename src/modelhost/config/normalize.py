@@ -6,9 +6,13 @@ GET .../config. Normalising twice gives the same config.
 
 from __future__ import annotations
 
+import logging
+
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from modelhost.config import constants as c
+
+_log = logging.getLogger("modelhost.config")
 
 
 def _normalize_batchers(config: ModelConfig) -> None:
@@ -41,8 +45,12 @@ def default_instance_count(kind: int, backend: str) -> int:
     return 1
 
 
-def normalize_instance_groups(config: ModelConfig, gpu_count: int) -> None:
-    """Give every model at least one instance group and resolve name, kind, count and gpus of each."""
+def normalize_instance_groups(config: ModelConfig, gpu_count: int, *, gpu_backend: bool = True) -> None:
+    """Give every model at least one instance group and resolve name, kind, count and gpus of each.
+
+    `gpu_backend`: False where the model's backend cannot run on a GPU here (ONNX Runtime without its CUDA
+    provider): KIND_AUTO then means the CPU on a GPU host too, rather than instances that cannot load.
+    """
     if not config.instance_group:
         group = config.instance_group.add(name=config.name)
         if config.backend in c.CPU_ONLY_BACKENDS:
@@ -54,6 +62,15 @@ def normalize_instance_groups(config: ModelConfig, gpu_count: int) -> None:
         if group.kind == ModelInstanceGroup.KIND_AUTO:
             # KIND_AUTO means GPU when every listed GPU (or, with none listed, any GPU) is present.
             on_gpu = bool(gpus) and all(0 <= gid < len(gpus) for gid in group.gpus)
+            if on_gpu and not gpu_backend:
+                _log.warning(
+                    "model '%s': the %s backend cannot run on a GPU here, so its instance group '%s' runs on "
+                    "the CPU (set kind: KIND_CPU to say so, or install the backend's GPU build)",
+                    config.name,
+                    config.backend,
+                    group.name,
+                )
+                on_gpu = False
             group.kind = ModelInstanceGroup.KIND_GPU if on_gpu else ModelInstanceGroup.KIND_CPU
         if group.count < 1:
             group.count = default_instance_count(group.kind, config.backend)
@@ -66,8 +83,10 @@ def is_ensemble(config: ModelConfig) -> bool:
     return bool(config.HasField("ensemble_scheduling"))
 
 
-def normalize_config(config: ModelConfig, model_name: str, *, gpu_count: int = 0) -> None:
-    """Apply Triton core's normalisation in place."""
+def normalize_config(
+    config: ModelConfig, model_name: str, *, gpu_count: int = 0, gpu_backend: bool = True
+) -> None:
+    """Apply Triton core's normalisation in place (`gpu_backend`: see normalize_instance_groups)."""
     if not config.name:
         config.name = model_name
     if not config.HasField("version_policy"):
@@ -75,7 +94,7 @@ def normalize_config(config: ModelConfig, model_name: str, *, gpu_count: int = 0
     _normalize_batchers(config)
     if not is_ensemble(config):
         _normalize_optimization(config)
-        normalize_instance_groups(config, gpu_count)
+        normalize_instance_groups(config, gpu_count, gpu_backend=gpu_backend)
 
 
 __all__ = ["default_instance_count", "is_ensemble", "normalize_config", "normalize_instance_groups"]

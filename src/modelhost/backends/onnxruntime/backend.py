@@ -264,6 +264,12 @@ class OnnxRuntimeBackend:
     name = "onnxruntime"
 
     @staticmethod
+    def gpu_capable() -> bool:
+        """Only the onnxruntime-gpu build has the CUDA provider; with the CPU build, a model that does not ask
+        for KIND_GPU runs on the CPU of a GPU host (registry.runs_on_gpu)."""
+        return "CUDAExecutionProvider" in ort.get_available_providers()
+
+    @staticmethod
     def autocomplete(
         config: Any, model_dir: Path, *, default_max_batch_size: int, settings: Mapping[str, str]
     ) -> None:
