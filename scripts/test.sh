@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
 .venv/bin/ruff check src tests benchmarks scripts deploy
 .venv/bin/mypy
-.venv/bin/python -m pytest "$@"
+# One worker per core; a module's tests stay on one worker, so its module-scoped servers start once.
+.venv/bin/python -m pytest -n auto --dist loadfile "$@"
