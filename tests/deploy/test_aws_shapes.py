@@ -268,7 +268,14 @@ def _set(document: Any, path: tuple[Any, ...], value: Any) -> Any:
     return changed
 
 
-DELETE = object()
+class _Delete:
+    """The field is removed rather than set (named in test ids, which must be the same in every process)."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()
 # One field broken per copy: the validation must catch each (else the checks above prove nothing).
 BROKEN = [
     ("deploy/ecs/task-definition.json", ("containerDefinitions", 0, "stopTimeout"), "60"),
@@ -729,7 +736,5 @@ def test_policy_signal_rises_under_load_and_is_zero_idle(task: Task) -> None:
 
 def test_task_stops_on_sigterm_within_stop_timeout(task: Task) -> None:
     _wait_healthy(task)
-    started = time.monotonic()
     task.process.send_signal(signal.SIGTERM)
-    assert task.process.wait(task.stop_timeout) == 0
-    assert time.monotonic() - started < task.stop_timeout
+    assert task.process.wait(task.stop_timeout) == 0  # raises TimeoutExpired past ECS's stop timeout

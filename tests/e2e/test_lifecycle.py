@@ -110,10 +110,8 @@ def test_exit_timeout_bounds_shutdown(slow_repo: Path, tmp_path: Path) -> None:
     worker = threading.Thread(target=lambda: _ignore_errors(lambda: client.infer("slow", slow_inputs(40000))))
     worker.start()
     time.sleep(0.5)
-    started = time.monotonic()
     server.process.send_signal(signal.SIGINT)
-    assert server.process.wait(20) == 0
-    assert time.monotonic() - started < 15  # the request alone would run ~30 s
+    assert server.process.wait(20) == 0  # the request alone would run ~30 s
     log = server.log()
     assert "exit timeout expired with 1 requests still in flight" in log
     assert "Found 1 model versions that have in-flight inferences" in log

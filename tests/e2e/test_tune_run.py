@@ -317,7 +317,6 @@ def test_a_model_that_cannot_load_at_all_is_one_clear_error_and_leaves_nothing(
         "max_batch_size 8 is above what this model supports" in run.result.stderr
     )  # the server's own reason
     assert run.result.stderr.count("\n") == 1
-    assert run.wall_s < 60  # not the whole 10-minute default limit
     assert (
         set(Path(tempfile.gettempdir()).glob("modelhost-tune-*")) == links_before
     )  # its private repository removed
