@@ -197,12 +197,16 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         elif options.allow_http:
             routes = HttpRoutes(server, options.http_max_input_size)
             http_server, connections = await start_http_server(
-                routes, options.http_address, options.http_port, options.http_max_input_size
+                routes,
+                options.http_address,
+                options.http_port,
+                options.http_max_input_size,
+                max_head=options.http_max_header_size,
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
         if options.allow_grpc and frontends is None:
-            grpc_server = GrpcServer(server)
+            grpc_server = GrpcServer(server, max_decompressed_size=options.grpc_max_decompressed_size)
             grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port)
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
         if sagemaker is not None and frontends is None:
@@ -214,6 +218,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 options.http_address,
                 options.sagemaker_port,
                 options.http_max_input_size,
+                max_head=options.http_max_header_size,
                 connections=connections,  # closed at shutdown with the HTTP endpoint's
             )
             log.info("Started Sagemaker HTTPService at %s", _listen_addresses(sagemaker_server))

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
+DEFAULT_HTTP_MAX_HEADER_SIZE = 1 << 16  # 64 KiB: the request line and headers together
+DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE = 1 << 26  # 64 MiB, as --http-max-input-size
 DEFAULT_FRONTEND_BUFFER_BYTE_SIZE = 1 << 28  # 256 MiB
 MAX_FRONTEND_PROCESSES = 64
 LOG_FORMATS = ("default", "ISO8601")
@@ -98,6 +100,8 @@ class ServerOptions:
     model_config_name: str | None = None
     auto_complete_config: bool = True
     http_max_input_size: int = DEFAULT_HTTP_MAX_INPUT_SIZE
+    http_max_header_size: int = DEFAULT_HTTP_MAX_HEADER_SIZE
+    grpc_max_decompressed_size: int = DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE
     log_verbose: int = 0
     log_info: bool = True
     log_warning: bool = True
@@ -183,6 +187,12 @@ def _problems(options: ServerOptions) -> list[str]:
         problems.append(f"--exit-timeout-secs must be 0 or more, got {options.exit_timeout_secs}")
     if options.http_max_input_size <= 0:
         problems.append(f"--http-max-input-size must be greater than 0, got {options.http_max_input_size}")
+    if options.http_max_header_size < 1024:
+        problems.append(f"--http-max-header-size must be 1024 or more, got {options.http_max_header_size}")
+    if options.grpc_max_decompressed_size <= 0:
+        problems.append(
+            f"--grpc-max-decompressed-size must be greater than 0, got {options.grpc_max_decompressed_size}"
+        )
     if options.log_verbose < 0:
         problems.append(f"--log-verbose must be 0 or more, got {options.log_verbose}")
     if options.log_format not in LOG_FORMATS:

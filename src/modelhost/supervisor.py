@@ -73,6 +73,8 @@ class FrontendSupervisor:
             http_address=options.http_address,
             http_port=http_port,
             http_max_input_size=options.http_max_input_size,
+            http_max_header_size=options.http_max_header_size,
+            grpc_max_decompressed_size=options.grpc_max_decompressed_size,
             grpc_address=options.grpc_address,
             grpc_port=grpc_port,
             sagemaker_port=sagemaker_port,

@@ -21,6 +21,8 @@ _LEN = struct.Struct("<I")
 # numpy cannot describe an array whose dims (zeros left out) multiply past this, even an empty one: larger
 # shapes are refused up front instead of failing deep inside numpy (object arrays: 8 bytes an element).
 _MAX_ELEMENTS = (2**63 - 1) // 8
+# numpy's limit on an array's dimensions (NPY_MAXDIMS: 64 from numpy 2, 32 before).
+MAX_DIMS = 64 if int(np.__version__.split(".")[0]) >= 2 else 32
 
 
 def id_prefix(request_id: str) -> str:
@@ -30,6 +32,12 @@ def id_prefix(request_id: str) -> str:
 
 def element_count(name: str, shape: list[int], model: str = "", request_id: str = "") -> int:
     """The element count of a request shape; never allocates, whatever the dims claim."""
+    if len(shape) > MAX_DIMS:
+        raise InvalidArgument(
+            id_prefix(request_id)
+            + f"input '{name}' for model '{model}' has {len(shape)} dimensions, more than "
+            f"the {MAX_DIMS} a tensor can have"
+        )
     for d in shape:
         if d < 0:
             raise InvalidArgument(

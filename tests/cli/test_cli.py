@@ -74,6 +74,8 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "model_config_name": None,
         "auto_complete_config": True,
         "http_max_input_size": 67108864,
+        "http_max_header_size": 65536,
+        "grpc_max_decompressed_size": 67108864,
         "log_verbose": 0,
         "log_info": True,
         "log_warning": True,
@@ -138,6 +140,8 @@ HONOURED_SAMPLES = {
     "http-address": "127.0.0.1",
     "http-port": "9000",
     "http-max-input-size": "1024",
+    "http-max-header-size": "4096",
+    "grpc-max-decompressed-size": "1024",
     "allow-grpc": "false",
     "grpc-address": "127.0.0.1",
     "grpc-port": "9001",
@@ -384,6 +388,8 @@ def test_services_on_the_same_address_and_port_are_refused() -> None:
         (["--metrics-port=99999"], "--metrics-port must be between 0 and 65535"),
         (["--exit-timeout-secs=-1"], "--exit-timeout-secs must be 0 or more, got -1"),
         (["--http-max-input-size=0"], "--http-max-input-size must be greater than 0, got 0"),
+        (["--http-max-header-size=100"], "--http-max-header-size must be 1024 or more, got 100"),
+        (["--grpc-max-decompressed-size=0"], "--grpc-max-decompressed-size must be greater than 0, got 0"),
         (["--log-format=iso8601"], "--log-format must be 'default' or 'ISO8601', got 'iso8601'"),
         (["--model-config-name=a b"], "--model-config-name must be a non-empty name without spaces"),
         (["--id="], "--id must not be empty"),
@@ -649,6 +655,8 @@ MODELHOST_FLAGS = [
     "model-memory-budget",
     "model-load-on-demand",
     "model-idle-unload-secs",
+    "http-max-header-size",
+    "grpc-max-decompressed-size",
 ]
 
 

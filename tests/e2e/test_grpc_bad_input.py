@@ -292,6 +292,22 @@ CASES: dict[str, tuple[Any, grpc.StatusCode, str]] = {
         INVALID,
         ID + "All input dimensions should be specified for input 'INPUT0' for model 'simple', got [1,-1]",
     ),
+    # More dimensions than numpy allows (64): once UNKNOWN with numpy's message.
+    "raw tensor of 65 dims": (
+        request(inputs=[{"name": "INPUT0", "shape": [1] * 64 + [16]}, I1]),
+        INVALID,
+        ID + "input 'INPUT0' for model 'simple' has 65 dimensions, more than the 64 a tensor can have",
+    ),
+    "typed tensor of 65 dims": (
+        request(
+            inputs=[
+                typed("INPUT0", "int_contents", list(range(16)), [1] * 64 + [16]),
+                typed("INPUT1", "int_contents", list(range(16))),
+            ]
+        ),
+        INVALID,
+        ID + "input 'INPUT0' for model 'simple' has 65 dimensions, more than the 64 a tensor can have",
+    ),
     "dims whose product overflows": (
         request(inputs=[{"name": "INPUT0", "shape": [2**62, 2**62]}, I1]),
         INVALID,
@@ -551,6 +567,7 @@ def test_stream_bad_requests_do_not_end_the_stream(stub: Any) -> None:
         request(inputs=[I0, I1], raw=[A, A[:-4]], request_id="short-raw"),
         request(outputs=["OUTPUT9"], request_id="unknown-output"),
         request(params={"triton_x": 1}, request_id="reserved"),
+        request(inputs=[{"name": "INPUT0", "shape": [1] * 64 + [16]}, I1], request_id="65-dims"),
         request(request_id="last"),
     ]
     answers = list(stub.ModelStreamInfer(iter(requests), timeout=20))
@@ -564,6 +581,8 @@ def test_stream_bad_requests_do_not_end_the_stream(stub: Any) -> None:
             "Expected 64, got 60",
             "unexpected inference output 'OUTPUT9' for model 'simple'",
             TRITON_RESERVED,
+            "[request id: 65-dims] input 'INPUT0' for model 'simple' has 65 dimensions, more than the 64 a "
+            "tensor can have",
         ]
     )
     for answer in answers:

@@ -7,9 +7,11 @@ prefix. After every test the server must still answer a good request and its log
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -536,6 +538,22 @@ BINARY = [
         ID + "input 'INPUT0' for model 'identity_uint8' has shape [4611686018427387904,4611686018427387904], "
         "too large for any tensor",
     ),
+    # More dimensions than numpy allows (64): once a 500 with numpy's traceback.
+    bad_binary(
+        "binary tensor of 65 dims",
+        U8,
+        {"inputs": [bds("INPUT0", [1] * 65, 1, "UINT8")]},
+        [bytes(1)],
+        ID
+        + "input 'INPUT0' for model 'identity_uint8' has 65 dimensions, more than the 64 a tensor can have",
+    ),
+    bad(
+        "json tensor of 65 dims",
+        U8,
+        {"inputs": [inp("INPUT0", [1] * 65, "UINT8", data=[1])]},
+        ID
+        + "input 'INPUT0' for model 'identity_uint8' has 65 dimensions, more than the 64 a tensor can have",
+    ),
     # Zero elements, but dims numpy cannot describe: once a 500 from deep inside numpy.
     bad_binary(
         "empty tensor with enormous dims",
@@ -874,6 +892,72 @@ def test_malformed_http_gets_400_and_close(server: RunningServer, garbage: bytes
     assert answer.startswith(b"HTTP/1.1 400 ")
     body = answer.split(b"\r\n\r\n", 1)[1]
     assert json.loads(body)["error"].startswith("malformed HTTP request")
+
+
+def send_and_read(server: RunningServer, head: bytes, seconds: float = 20) -> bytes:
+    """Send `head` (from a thread: the server may answer and stop reading long before its end) and read the
+    answer."""
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=seconds) as sock:
+
+        def send() -> None:
+            with contextlib.suppress(OSError):  # the server closed: the rest is refused
+                sock.sendall(head)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        answer = read_response(sock)
+    sender.join(seconds)
+    return answer
+
+
+HEAD_LIMIT = "(--http-max-header-size)"
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "message"),
+    [
+        # Once joined in quadratic time: 10,000 copies of a 1 KB header stalled every connection for 15 s.
+        pytest.param(
+            b"GET /v2/health/ready HTTP/1.1\r\n" + (b"X-A: " + b"a" * 1024 + b"\r\n") * 10_000 + b"\r\n",
+            431,
+            HEAD_LIMIT,
+            id="10000 copies of a 1 KB header",
+        ),
+        pytest.param(
+            b"GET /v2/health/ready HTTP/1.1\r\nX-Big: " + b"b" * (32 << 20) + b"\r\n\r\n",
+            431,
+            HEAD_LIMIT,
+            id="a 32 MB header line",
+        ),
+        pytest.param(b"GET /" + b"u" * (16 << 20) + b" HTTP/1.1\r\n\r\n", 414, HEAD_LIMIT, id="a 16 MB URL"),
+        pytest.param(
+            b"GET /v2/health/ready HTTP/1.1\r\n" + b"A: b\r\n" * 100_000 + b"\r\n",
+            431,
+            "more than 1000 header fields",
+            id="100000 headers",
+        ),
+    ],
+)
+def test_request_heads_past_their_limits_are_refused_at_once(
+    server: RunningServer, head: bytes, status: int, message: str
+) -> None:
+    answer = send_and_read(server, head)
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+    assert message in json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+    r = requests.get(f"http://{server.http_url}/v2/health/ready", timeout=10)
+    assert r.status_code == 200  # and still_serving checks inference
+
+
+def test_a_request_followed_by_a_half_close_is_answered(server: RunningServer) -> None:
+    request = (
+        f"POST {infer_path()} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(GOOD_JSON)}\r\n\r\n".encode()
+        + GOOD_JSON
+    )
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+        sock.sendall(request + request)
+        sock.shutdown(socket.SHUT_WR)  # as `curl` with --no-keepalive or a proxy may: no more requests
+        answer = read_response(sock)
+    assert answer.count(b"HTTP/1.1 200 ") == 2, answer[:300]
 
 
 def test_chunked_and_content_length_is_read_chunked_and_the_connection_closed(server: RunningServer) -> None:

@@ -191,6 +191,9 @@ FLAGS: tuple[Flag, ...] = (
               field="http_port"),
     _honoured("http-max-input-size", "int", str(1 << 26), HTTP,
               "Largest HTTP request body in bytes, also after decompression.", field="http_max_input_size"),
+    _honoured("http-max-header-size", "int", str(1 << 16), HTTP,
+              "modelhost only: largest HTTP request line and headers together, in bytes; past it, 414 (a long "
+              "URL) or 431.", field="http_max_header_size"),
     _ignored("http-thread-count", "int", "8", HTTP, "Number of threads serving HTTP.", _NO_THREAD_POOL),
     _refused("reuse-http-port", "bool", "false", HTTP,
              "Let several servers listen on the same HTTP port (SO_REUSEPORT).",
@@ -207,6 +210,9 @@ FLAGS: tuple[Flag, ...] = (
               "Address the GRPC server binds to; IPv6 as ipv6:[::1].", field="grpc_address"),
     _honoured("grpc-port", "int", "8001", GRPC, "Port of the GRPC server; 0 picks a free port.",
               field="grpc_port"),
+    _honoured("grpc-max-decompressed-size", "int", str(1 << 26), GRPC,
+              "modelhost only: largest size in bytes a compressed gRPC message may inflate to; past it, "
+              "RESOURCE_EXHAUSTED.", field="grpc_max_decompressed_size"),
     _ignored("grpc-infer-thread-count", "int", "2", GRPC,
              "Number of threads handling GRPC inference requests.", _NO_THREAD_POOL),
     _ignored("grpc-infer-allocation-pool-size", "int", "8", GRPC,

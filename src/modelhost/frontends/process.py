@@ -44,9 +44,11 @@ class FrontendConfig(msgspec.Struct):
     http_address: str
     http_port: int
     http_max_input_size: int
+    http_max_header_size: int
     # The gRPC port to serve too (0: gRPC is off).
     grpc_address: str
     grpc_port: int
+    grpc_max_decompressed_size: int
     # The SageMaker port to serve too (0: off); its settings come from the environment, as the engine read them.
     sagemaker_port: int
     buffer_limit: int
@@ -106,10 +108,15 @@ async def serve(config: FrontendConfig) -> int:
     try:
         if config.http_port:
             http_server, connections = await start_http_server(
-                routes, config.http_address, config.http_port, config.http_max_input_size, reuse_port=True
+                routes,
+                config.http_address,
+                config.http_port,
+                config.http_max_input_size,
+                max_head=config.http_max_header_size,
+                reuse_port=True,
             )
         if config.grpc_port:
-            grpc_server = GrpcServer(engine)
+            grpc_server = GrpcServer(engine, max_decompressed_size=config.grpc_max_decompressed_size)
             await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True)
         if config.sagemaker_port:
             sagemaker = SageMakerRoutes(
@@ -120,6 +127,7 @@ async def serve(config: FrontendConfig) -> int:
                 config.http_address,
                 config.sagemaker_port,
                 config.http_max_input_size,
+                max_head=config.http_max_header_size,
                 reuse_port=True,
                 connections=connections,
             )

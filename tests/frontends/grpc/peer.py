@@ -96,10 +96,15 @@ def framed(payload: bytes, flag: int = 0) -> bytes:
 
 class Peer:
     def __init__(
-        self, methods: dict[bytes, Method], max_message_size: int = 1 << 20, *, handshake: bool = True
+        self,
+        methods: dict[bytes, Method],
+        max_message_size: int = 1 << 20,
+        *,
+        handshake: bool = True,
+        max_decompressed_size: int | None = None,
     ) -> None:
         self.transport = MemoryTransport()
-        self.server = GrpcConnection(methods, max_message_size, set())
+        self.server = GrpcConnection(methods, max_message_size, set(), max_decompressed_size)
         self.transport.protocol = self.server
         self.server.connection_made(self.transport)  # type: ignore[arg-type]
         self.h2 = h2.connection.H2Connection(

@@ -15,7 +15,7 @@ import pytest
 from hyperframe.frame import Frame, GoAwayFrame
 
 from frontends.grpc.peer import Peer, framed, unary
-from modelhost.frontends.grpc.calls import AbortError
+from modelhost.frontends.grpc.calls import MAX_STATUS_MESSAGE, AbortError
 from modelhost.frontends.grpc.connection import MAX_RESETS_PER_SECOND
 from modelhost.frontends.grpc.methods import Method
 
@@ -51,6 +51,12 @@ class Handlers:
     async def bug(self, request: bytes) -> bytes:
         raise RuntimeError("a bug")
 
+    async def long(self, request: bytes) -> bytes:
+        """A NOT_FOUND naming a 64 KB model name, as the service words it."""
+        raise AbortError(
+            grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{'é' * 32_000}' is not found"
+        )
+
     async def chat(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         async for request in requests:
             self.received.append(request)
@@ -66,7 +72,7 @@ class Handlers:
     def methods(self) -> dict[bytes, Method]:
         table = {
             f"/t.S/{name.title()}".encode(): unary(getattr(self, name), name)
-            for name in ("echo", "slow", "big", "fail", "bug")
+            for name in ("echo", "slow", "big", "fail", "bug", "long")
         }
         for name in ("chat", "deaf"):
             table[f"/t.S/{name.title()}".encode()] = Method(name, True, bytes, getattr(self, name), bytes)
@@ -196,6 +202,43 @@ def test_compressed_requests() -> None:
         assert answer.status() == INTERNAL
         answer = await peer.answer(peer.call(b"/t.S/Echo", framed(b"x"), [(b"grpc-encoding", b"snappy")]))
         assert answer.status() == UNIMPLEMENTED
+        await still_serving(peer)
+
+    run(test)
+
+
+def test_a_compressed_message_inflates_only_up_to_its_own_limit() -> None:
+    async def body() -> None:
+        handlers = Handlers()
+        peer = Peer(handlers.methods(), 1 << 30, max_decompressed_size=1 << 20)
+        payload = b"t" * (1 << 20)
+        fits = await peer.answer(
+            peer.call(b"/t.S/Echo", framed(gzip.compress(payload), 1), [(b"grpc-encoding", b"gzip")])
+        )
+        assert fits.status() == OK and fits.messages() == [payload]
+        # 32 KiB of deflate that would become 32 MiB: refused once it passes 1 MiB, though messages of 1 GiB
+        # may be sent uncompressed.
+        bomb = framed(zlib.compress(b"\0" * (32 << 20), 9), 1)
+        assert len(bomb) < 60_000
+        answer = await peer.answer(peer.call(b"/t.S/Echo", bomb, [(b"grpc-encoding", b"deflate")]))
+        assert answer.status() == RESOURCE_EXHAUSTED
+        assert urllib.parse.unquote(answer.message()) == (
+            "Received message larger than max (more than 1048576 bytes once decompressed; "
+            "--grpc-max-decompressed-size)"
+        )
+        await still_serving(peer)
+
+    asyncio.run(body())
+
+
+def test_a_long_status_message_is_cut_to_fit_clients_metadata_limit() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        answer = await peer.answer(peer.call(b"/t.S/Long", framed(b"")))
+        encoded = dict(answer.trailers or answer.headers)[b"grpc-message"]
+        assert len(encoded) <= MAX_STATUS_MESSAGE
+        text = urllib.parse.unquote(encoded.decode("ascii"))
+        assert text.startswith("Request for unknown model: 'éé") and text.endswith("...")
+        assert answer.status() == NOT_FOUND
         await still_serving(peer)
 
     run(test)

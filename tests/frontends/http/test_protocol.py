@@ -17,14 +17,18 @@ class FakeTransport:
         self.paused = False
 
     def write(self, data: bytes) -> None:
-        self.written += data
+        if not self.closed:  # as asyncio's transports, which drop what is written after close()
+            self.written += data
 
     def writelines(self, parts: list[bytes]) -> None:
         for part in parts:
-            self.written += part
+            self.write(part)
 
     def is_closing(self) -> bool:
         return self.closed
+
+    def can_write_eof(self) -> bool:
+        return False  # so a refused connection closes at once (a real one lingers: tests/e2e)
 
     def close(self) -> None:
         self.closed = True
@@ -44,15 +48,26 @@ async def echo(request: HttpRequest) -> HttpResponse:
     return HttpResponse(200, f"{request.method} {request.path}?{request.query} ".encode() + request.body)
 
 
-def serve(*chunks: bytes, handler: Handler = echo, max_body: int = 1 << 20) -> tuple[bytes, FakeTransport]:
-    """What the server writes for these bytes, read in these chunks, once it has answered all it can."""
+def serve(
+    *chunks: bytes,
+    handler: Handler = echo,
+    max_body: int = 1 << 20,
+    max_head: int = 1 << 16,
+    half_close: bool = False,
+) -> tuple[bytes, FakeTransport]:
+    """What the server writes for these bytes, read in these chunks (then the client's half-close, if asked),
+    once it has answered all it can."""
 
     async def main() -> tuple[bytes, FakeTransport]:
         transport = FakeTransport()
-        protocol = HttpProtocol(handler, max_body, set())
+        protocol = HttpProtocol(handler, max_body, set(), max_head)
         protocol.connection_made(transport)  # type: ignore[arg-type]
         for chunk in chunks:
             protocol.data_received(chunk)
+            if transport.closed:
+                break
+        if half_close and not transport.closed and not protocol.eof_received():
+            transport.close()  # what asyncio does when eof_received() does not ask to keep the transport
         for _ in range(20):  # let the worker answer everything pending
             await asyncio.sleep(0)
         return bytes(transport.written), transport
@@ -139,3 +154,67 @@ def test_a_streamed_answer_goes_out_in_chunks() -> None:
 def test_http_1_0_closes_after_the_answer() -> None:
     out, transport = serve(b"GET /old HTTP/1.0\r\n\r\n")
     assert b"Connection: close\r\n" in out and transport.closed
+
+
+# -- the request's head: limits, repeated fields, half-close ------------------------------------------------------
+
+
+async def headers_of(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(200, repr(sorted(request.headers.items())).encode())
+
+
+def test_a_header_field_sent_many_times_is_joined_once() -> None:
+    head = b"GET /h HTTP/1.1\r\nHost: h\r\n" + b"".join(b"X-A: %d\r\n" % i for i in range(500)) + b"\r\n"
+    out, transport = serve(head, handler=headers_of)
+    assert out.startswith(b"HTTP/1.1 200 OK")
+    assert ("'x-a', '" + ", ".join(str(i) for i in range(500)) + "'").encode() in out
+    assert not transport.closed
+
+
+def test_headers_past_the_limit_are_a_431_and_a_closed_connection() -> None:
+    many = b"GET /h HTTP/1.1\r\n" + b"X-A: " + b"a" * 1000 + b"\r\n"
+    # Whole: 10 copies of a 1 KB field against an 8 KiB limit.
+    out, transport = serve(many[:18] + (many[18:]) * 10 + b"\r\n", max_head=8192)
+    assert out.startswith(b"HTTP/1.1 431 Request Header Fields Too Large")
+    assert b"larger than 8192 bytes (--http-max-header-size)" in out
+    assert transport.closed
+    # One endless field in small pieces: refused once the bytes received pass the limit, not at its end.
+    pieces = [b"GET /h HTTP/1.1\r\nX-Big: "] + [b"b" * 1000] * 20
+    out, transport = serve(*pieces, max_head=8192)
+    assert out.startswith(b"HTTP/1.1 431 ")
+    assert transport.closed
+
+
+def test_too_many_header_fields_are_a_431() -> None:
+    head = b"GET /h HTTP/1.1\r\n" + b"A: b\r\n" * 1001 + b"\r\n"
+    out, transport = serve(head)
+    assert out.startswith(b"HTTP/1.1 431 ")
+    assert b"more than 1000 header fields" in out
+    assert transport.closed
+
+
+def test_a_url_past_the_limit_is_a_414() -> None:
+    out, transport = serve(b"GET /" + b"u" * 5000 + b" HTTP/1.1\r\n\r\n", max_head=4096)
+    assert out.startswith(b"HTTP/1.1 414 URI Too Long")
+    assert b"longer than 4096 bytes" in out
+    assert transport.closed
+
+
+def test_large_bodies_and_pipelined_requests_are_not_taken_for_large_heads() -> None:
+    body = b"x" * 50_000
+    one = b"POST /b HTTP/1.1\r\nHost: h\r\nContent-Length: 50000\r\n\r\n" + body
+    raw = one * 3
+    out, transport = serve(*(raw[i : i + 6000] for i in range(0, len(raw), 6000)), max_head=2048)
+    assert out.count(b"HTTP/1.1 200 OK") == 3
+    assert not transport.closed
+
+
+def test_a_request_followed_by_a_half_close_is_answered_then_closed() -> None:
+    out, transport = serve(
+        b"GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\n", half_close=True
+    )
+    assert out.count(b"HTTP/1.1 200 OK") == 2
+    assert transport.closed
+    # With nothing asked, a half-close closes at once.
+    out, transport = serve(b"", half_close=True)
+    assert out == b"" and transport.closed

@@ -20,6 +20,11 @@ _NOT_METADATA = frozenset(
 )
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 ACCEPTED_ENCODINGS = b"identity,deflate,gzip"
+# The longest grpc-message sent, in bytes once percent-encoded: well inside the 16 KiB that clients accept for all
+# of a response's metadata.
+MAX_STATUS_MESSAGE = 4096
+# Bytes inflated at a time from a compressed message: its output grows by these steps, never by zlib's doubling.
+_INFLATE_STEP = 1 << 20
 # Characters sent as they are in grpc-message; everything else is percent-encoded (the spec's rule).
 _MESSAGE_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
 
@@ -79,8 +84,20 @@ def parse_timeout(value: bytes) -> float:
 def status_trailers(code: grpc.StatusCode, message: str) -> list[tuple[bytes, bytes]]:
     trailers = [(b"grpc-status", str(code.value[0]).encode())]
     if message:
-        trailers.append((b"grpc-message", urllib.parse.quote(message, safe=_MESSAGE_SAFE).encode("ascii")))
+        trailers.append((b"grpc-message", _encoded_message(message)))
     return trailers
+
+
+def _encoded_message(message: str) -> bytes:
+    """`message` percent-encoded, cut to MAX_STATUS_MESSAGE bytes with "..." at the end where it is longer: a
+    message echoing what the client sent (a 64 KB model name) must not pass clients' 16 KiB metadata limit, which
+    they answer with RESOURCE_EXHAUSTED or a closed connection instead of the status."""
+    encoded = urllib.parse.quote(message, safe=_MESSAGE_SAFE)
+    if len(encoded) > MAX_STATUS_MESSAGE:
+        cut = MAX_STATUS_MESSAGE - 3
+        escape = encoded.rfind("%", cut - 2, cut)
+        encoded = encoded[: escape if escape >= 0 else cut] + "..."
+    return encoded.encode("ascii")
 
 
 def message_prefix(size: int) -> bytes:
@@ -91,9 +108,11 @@ def message_prefix(size: int) -> bytes:
 class MessageReader:
     """Splits a call's body into messages as DATA arrives, enforcing the size limit before buffering one."""
 
-    __slots__ = ("buffer", "encoding", "max_size")
+    __slots__ = ("buffer", "encoding", "max_decompressed", "max_size")
 
-    def __init__(self, encoding: bytes | None, max_size: int) -> None:
+    def __init__(self, encoding: bytes | None, max_size: int, max_decompressed: int | None = None) -> None:
+        """`max_size`: the largest message as sent; `max_decompressed`: the largest a compressed one may inflate
+        to (default `max_size`)."""
         if encoding not in (None, b"identity", b"gzip", b"deflate"):
             name = encoding.decode("latin-1") if encoding else ""
             raise AbortError(
@@ -101,6 +120,7 @@ class MessageReader:
             )
         self.encoding = encoding
         self.max_size = max_size
+        self.max_decompressed = max_size if max_decompressed is None else max_decompressed
         self.buffer = bytearray()
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -138,24 +158,32 @@ class MessageReader:
     def _decoded(self, flag: int, payload: bytes) -> bytes:
         if flag == 0:
             return payload
+        wbits = 16 + zlib.MAX_WBITS if self.encoding == b"gzip" else zlib.MAX_WBITS
         try:
-            if self.encoding == b"gzip":
-                data = _inflate(zlib.decompressobj(wbits=16 + zlib.MAX_WBITS), payload, self.max_size)
-            else:
-                data = _inflate(zlib.decompressobj(), payload, self.max_size)
+            return _inflate(zlib.decompressobj(wbits=wbits), payload, self.max_decompressed)
         except zlib.error as e:
             raise AbortError(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {e}") from e
-        return data
 
 
 def _inflate(decompressor: zlib._Decompress, payload: bytes, limit: int) -> bytes:
-    """Decompressed bytes, refusing more than `limit` of them (a small compressed message may expand a lot)."""
-    data = decompressor.decompress(payload, limit + 1)
-    if len(data) > limit:
-        raise AbortError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"Received message larger than max (more than {limit} bytes once decompressed)",
-        )
+    """Decompressed bytes, refusing more than `limit` of them (a small compressed message may expand a lot).
+
+    Inflated a step at a time, so that memory grows with what was inflated and stops at the limit: asked for all
+    of it at once, zlib doubles its buffer on the way, and a 3 MB bomb held 4 GB before it was refused."""
+    data = bytearray()
+    pending = payload
+    while not decompressor.eof:
+        step = decompressor.decompress(pending, _INFLATE_STEP)
+        data += step
+        if len(data) > limit:
+            raise AbortError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max (more than {limit} bytes once decompressed; "
+                "--grpc-max-decompressed-size)",
+            )
+        pending = decompressor.unconsumed_tail
+        if not step and not pending:
+            break
     if not decompressor.eof:
         raise zlib.error("truncated compressed data")
-    return data
+    return bytes(data)

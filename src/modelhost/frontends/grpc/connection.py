@@ -117,10 +117,15 @@ def _log_cancellation(call: _Call, why: str) -> None:
 
 class GrpcConnection(asyncio.Protocol):
     def __init__(
-        self, methods: dict[bytes, Method], max_message_size: int, connections: set[GrpcConnection]
+        self,
+        methods: dict[bytes, Method],
+        max_message_size: int,
+        connections: set[GrpcConnection],
+        max_decompressed_size: int | None = None,
     ) -> None:
         self.methods = methods
         self.max_message_size = max_message_size
+        self.max_decompressed_size = max_decompressed_size
         self.connections = connections
         self.h2 = h2.connection.H2Connection(_CONFIG)
         self.h2.encoder = CachingEncoder()
@@ -236,7 +241,7 @@ class GrpcConnection(asyncio.Protocol):
             self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
         try:
-            reader = MessageReader(encoding, self.max_message_size)
+            reader = MessageReader(encoding, self.max_message_size, self.max_decompressed_size)
             seconds = parse_timeout(timeout) if timeout is not None else None
         except AbortError as e:
             log.info("refused a gRPC call to %s: %s", path.decode("latin-1"), e.message)

@@ -20,6 +20,8 @@ log = logging.getLogger("modelhost.grpc")
 
 # Triton's limit on a message, each way.
 MAX_MESSAGE_SIZE = 2**31 - 1
+# --grpc-max-decompressed-size: what a compressed message may inflate to (as --http-max-input-size for HTTP).
+DEFAULT_MAX_DECOMPRESSED_SIZE = 1 << 26
 
 
 def _debug_response_delay() -> int:
@@ -62,7 +64,12 @@ def _delayed(method: Method, delay_s: int, process_delay_s: float) -> Method:
 
 
 class GrpcServer:
-    def __init__(self, engine: EngineAPI, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
+    def __init__(
+        self,
+        engine: EngineAPI,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    ) -> None:
         self.methods: dict[bytes, Method] = {
             **methods_of(
                 service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], GrpcService(engine)
@@ -73,6 +80,7 @@ class GrpcServer:
         if delay_s or process_delay_s:
             self.methods = {path: _delayed(m, delay_s, process_delay_s) for path, m in self.methods.items()}
         self.max_message_size = max_message_size
+        self.max_decompressed_size = max_decompressed_size
         self.connections: set[GrpcConnection] = set()
         self.listener: asyncio.Server | None = None
 
@@ -80,7 +88,9 @@ class GrpcServer:
         """Listen; the port bound (the one picked when `port` is 0)."""
 
         def factory() -> GrpcConnection:
-            return GrpcConnection(self.methods, self.max_message_size, self.connections)
+            return GrpcConnection(
+                self.methods, self.max_message_size, self.connections, self.max_decompressed_size
+            )
 
         loop = asyncio.get_running_loop()
         try:

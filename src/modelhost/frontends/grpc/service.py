@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2
 from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, CallContext, EngineAPI, ShmKind
 from modelhost.errors import (
     DecoupledModel,
+    InternalError,
     InvalidArgument,
     ModelhostError,
     Unsupported,
@@ -214,6 +215,9 @@ class GrpcService:
             except ModelhostError as e:
                 log.info("streamed inference of '%s' failed: %s", request.model_name, e)
                 answers.put_nowait((e, True))
+            except Exception:  # a fault of the server's own: this request is answered, the stream goes on
+                log.exception("streamed inference of '%s' failed", request.model_name)
+                answers.put_nowait((InternalError("internal server error"), True))
 
         async def read() -> None:
             try:

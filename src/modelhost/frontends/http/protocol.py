@@ -27,19 +27,44 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
+    414: "URI Too Long",
     415: "Unsupported Media Type",
+    431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
     507: "Insufficient Storage",
 }
 _MAX_PIPELINED = 32
+# The most header fields one request may have (their bytes are bounded by `max_head` as well).
+MAX_HEADER_COUNT = 1000
+DEFAULT_MAX_HEAD = 1 << 16
+# Seconds a connection refused mid-request still reads (and drops) what its client sends, after the answer.
+_LINGER_S = 1.0
+
+
+class _HeadTooLarge(Exception):
+    """Raised in a parser callback: the request line or headers pass their limits (answered, then closed)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class HttpProtocol(asyncio.Protocol):
-    def __init__(self, handler: Handler, max_body: int, connections: set[HttpProtocol]) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        max_body: int,
+        connections: set[HttpProtocol],
+        max_head: int = DEFAULT_MAX_HEAD,
+    ) -> None:
         self.handler = handler
         self.max_body = max_body
+        # The request line and headers, in bytes: each request's are held whole until they end, so they are
+        # bounded, as the body is.
+        self.max_head = max_head
         self.connections = connections
         self.parser = httptools.HttpRequestParser(self)
         # A request with both Transfer-Encoding: chunked and Content-Length is read with the chunked framing, as
@@ -53,11 +78,22 @@ class HttpProtocol(asyncio.Protocol):
         self.can_write.set()
         self.reading_paused = False
         self.closing = False
+        # The client half-closed after its requests: they are answered, then the connection is closed.
+        self.peer_finished = False
+        # Reading a request's head (its line and headers), and the bytes received while doing so.
+        self.in_head = True
+        self.head_bytes = 0
+        self.completed = 0  # requests read whole on this connection
         self._reset()
 
     def _reset(self) -> None:
         self.url = b""
         self.headers: dict[str, str] = {}
+        # Values of a header field sent more than once, joined with ", " when the headers end (joining them as
+        # they come is quadratic in the count: 10,000 copies of one header once stalled the server for 15 s).
+        self.repeated: dict[str, list[str]] = {}
+        self.header_count = 0
+        self.header_bytes = 0
         self.body_parts: list[bytes] = []
         self.body_size = 0
         self.too_large = False
@@ -77,12 +113,36 @@ class HttpProtocol(asyncio.Protocol):
         self.pending.clear()
 
     def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return  # refused and lingering (_fail): what still comes is dropped
+        completed = self.completed
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(400, "protocol upgrades are not supported")
+            return
+        except httptools.HttpParserCallbackError as e:
+            if isinstance(e.__context__, _HeadTooLarge):
+                self._fail(e.__context__.status, e.__context__.message)
+                return
+            self._fail(400, f"malformed HTTP request: {e}")
+            return
         except httptools.HttpParserError as e:
             self._fail(400, f"malformed HTTP request: {e}")
+            return
+        # httptools holds a header field whole until it ends, unseen: so the head's bytes are counted as they
+        # arrive. A chunk in which a request ended and the next one's head began starts the count afresh.
+        if self.in_head:
+            self.head_bytes = 0 if self.completed != completed else self.head_bytes + len(data)
+            if self.head_bytes > self.max_head:
+                self._fail(431, self._head_message())
+
+    def eof_received(self) -> bool | None:
+        """A client that half-closes after sending its requests still gets their answers."""
+        self.peer_finished = True
+        if self.pending or (self.worker is not None and not self.worker.done()):
+            return True  # keep the transport open for writing; closed once the requests are answered
+        return None
 
     def pause_writing(self) -> None:
         self.can_write.clear()
@@ -98,13 +158,35 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self.url += url
+        if len(self.url) > self.max_head:
+            raise _HeadTooLarge(
+                414, f"the request's URL is longer than {self.max_head} bytes (--http-max-header-size)"
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_count += 1
+        self.header_bytes += len(name) + len(value) + 4
+        if self.header_count > MAX_HEADER_COUNT:
+            raise _HeadTooLarge(431, f"the request has more than {MAX_HEADER_COUNT} header fields")
+        if len(self.url) + self.header_bytes > self.max_head:
+            raise _HeadTooLarge(431, self._head_message())
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
-        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+        if key in self.headers:
+            self.repeated.setdefault(key, [self.headers[key]]).append(text)
+        else:
+            self.headers[key] = text
+
+    def _head_message(self) -> str:
+        return (
+            f"the request's line and header fields are larger than {self.max_head} bytes "
+            "(--http-max-header-size)"
+        )
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
+        for key, values in self.repeated.items():
+            self.headers[key] = ", ".join(values)
         if (
             "chunked" in self.headers.get("transfer-encoding", "").lower()
             and "content-length" in self.headers
@@ -128,6 +210,8 @@ class HttpProtocol(asyncio.Protocol):
         self.body_parts.append(body)
 
     def on_message_complete(self) -> None:
+        self.in_head = True
+        self.completed += 1
         path, _, query = self.url.decode("latin-1").partition("?")
         method = self.parser.get_method().decode("ascii", "replace")
         body = self.body_parts[0] if len(self.body_parts) == 1 else b"".join(self.body_parts)
@@ -162,6 +246,8 @@ class HttpProtocol(asyncio.Protocol):
             if self.reading_paused and len(self.pending) < _MAX_PIPELINED // 2 and self.transport:
                 self.transport.resume_reading()
                 self.reading_paused = False
+        if self.peer_finished and not self.pending:
+            self._close()
 
     async def _write_stream(self, response: HttpResponse, keep_alive: bool) -> None:
         """A chunked response: each piece the stream yields is sent at once (honouring back-pressure). A client
@@ -208,9 +294,21 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.writelines([head, response.body])
 
     def _fail(self, status: int, message: str) -> None:
+        """Answer a request that cannot be read on, then end the connection. Its client may still be sending
+        (a header of 100 MB): closing at once with its bytes unread would make the kernel reset the connection,
+        and a reset can reach the client before it has read the answer. So the answer is followed by our end of
+        the stream, and what the client still sends is read and dropped for a moment before the close."""
         log.info("closing a connection: %s", message)
         self._write(error_response(status, message), keep_alive=False)
-        self._close()
+        self.closing = True
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            asyncio.get_running_loop().call_later(_LINGER_S, self._close)
+        else:
+            self._close()
 
     def _close(self) -> None:
         self.closing = True
@@ -229,16 +327,18 @@ async def start_http_server(
     port: int,
     max_body: int,
     *,
+    max_head: int = DEFAULT_MAX_HEAD,
     reuse_port: bool = False,
     connections: set[HttpProtocol] | None = None,
 ) -> tuple[asyncio.Server, set[HttpProtocol]]:
-    """`reuse_port`: SO_REUSEPORT, for frontend processes that all listen on one port (the kernel spreads the
-    connections over them). `connections`: the set open connections are kept in (one for several servers)."""
+    """`max_head`: the largest request line and headers, in bytes. `reuse_port`: SO_REUSEPORT, for frontend
+    processes that all listen on one port (the kernel spreads the connections over them). `connections`: the set
+    open connections are kept in (one for several servers)."""
     loop = asyncio.get_running_loop()
     connections = set() if connections is None else connections
 
     def factory() -> HttpProtocol:
-        return HttpProtocol(handler, max_body, connections)
+        return HttpProtocol(handler, max_body, connections, max_head)
 
     server = await loop.create_server(
         factory, host=host, port=port, reuse_address=True, reuse_port=reuse_port or None, backlog=2048
