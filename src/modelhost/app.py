@@ -21,7 +21,7 @@ from modelhost.engine.response_cache import ResponseCache, parse_cache_config
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
 from modelhost.engine.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
 from modelhost.frontends.grpc.server import GrpcServer
-from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
+from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.metrics import configure_metrics, start_metrics_server, start_polled_metrics
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
@@ -197,11 +197,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         elif options.allow_http:
             routes = HttpRoutes(server, options.http_max_input_size)
             http_server, connections = await start_http_server(
-                routes,
-                options.http_address,
-                options.http_port,
-                options.http_max_input_size,
-                max_head=options.http_max_header_size,
+                routes, options.http_address, options.http_port, http_limits(options)
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
@@ -217,8 +213,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 sagemaker_routes,
                 options.http_address,
                 options.sagemaker_port,
-                options.http_max_input_size,
-                max_head=options.http_max_header_size,
+                http_limits(options),
                 connections=connections,  # closed at shutdown with the HTTP endpoint's
             )
             log.info("Started Sagemaker HTTPService at %s", _listen_addresses(sagemaker_server))

@@ -101,6 +101,8 @@ class ServerOptions:
     auto_complete_config: bool = True
     http_max_input_size: int = DEFAULT_HTTP_MAX_INPUT_SIZE
     http_max_header_size: int = DEFAULT_HTTP_MAX_HEADER_SIZE
+    http_idle_timeout_secs: float = 75.0
+    http_request_timeout_secs: float = 30.0
     grpc_max_decompressed_size: int = DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE
     log_verbose: int = 0
     log_info: bool = True
@@ -189,6 +191,12 @@ def _problems(options: ServerOptions) -> list[str]:
         problems.append(f"--http-max-input-size must be greater than 0, got {options.http_max_input_size}")
     if options.http_max_header_size < 1024:
         problems.append(f"--http-max-header-size must be 1024 or more, got {options.http_max_header_size}")
+    for flag, value in (
+        ("http-idle-timeout-secs", options.http_idle_timeout_secs),
+        ("http-request-timeout-secs", options.http_request_timeout_secs),
+    ):
+        if not value > 0:
+            problems.append(f"--{flag} must be greater than 0, got {value:g}")
     if options.grpc_max_decompressed_size <= 0:
         problems.append(
             f"--grpc-max-decompressed-size must be greater than 0, got {options.grpc_max_decompressed_size}"

@@ -74,6 +74,8 @@ class FrontendSupervisor:
             http_port=http_port,
             http_max_input_size=options.http_max_input_size,
             http_max_header_size=options.http_max_header_size,
+            http_idle_timeout_secs=options.http_idle_timeout_secs,
+            http_request_timeout_secs=options.http_request_timeout_secs,
             grpc_max_decompressed_size=options.grpc_max_decompressed_size,
             grpc_address=options.grpc_address,
             grpc_port=grpc_port,

@@ -1098,3 +1098,60 @@ def test_gzip_bomb(small_server: RunningServer) -> None:
     )
     assert good.status_code == 200
     assert good.json()["outputs"][0]["data"] == [1, 2, 3]
+
+
+# -- slow and idle clients ---------------------------------------------------------------------------------------
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection; fails if it has not within 30 s."""
+    sock.settimeout(30)
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except TimeoutError:
+        pytest.fail(f"the server kept the connection open; it sent {b''.join(chunks)[:200]!r}")
+    return b"".join(chunks)
+
+
+@pytest.fixture(scope="module")
+def impatient_server(
+    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
+    log = tmp_path_factory.mktemp("impatient") / "server.log"
+    flags = ("--http-request-timeout-secs=1", "--http-idle-timeout-secs=2")
+    with running_server([main_repository], log, *flags) as running:
+        yield running
+    assert "Traceback" not in log.read_text()
+
+
+def test_slow_and_idle_connections_are_closed_while_others_are_served(
+    impatient_server: RunningServer,
+) -> None:
+    server = impatient_server
+    opened = []
+    for first_bytes in (
+        b"",  # says nothing
+        b"POST " + infer_path().encode() + b" HTTP/1.1\r\nHost: x\r\nX-Slow",  # a slowloris head
+        b"POST "
+        + infer_path().encode()
+        + b" HTTP/1.1\r\nContent-Length: 1000000000\r\n\r\n{",  # a body that stops
+        b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n",  # answered, then idle on keep-alive
+    ):
+        sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=30)
+        sock.sendall(first_bytes)
+        opened.append(sock)
+    good_request_works(server)  # served meanwhile
+    answers = []
+    for sock in opened:
+        with sock:
+            answers.append(read_until_closed(sock))
+    silent, slow_head, stopped_body, idle = answers
+    assert silent == b""
+    assert slow_head.startswith(b"HTTP/1.1 408 ") and b"did not arrive in 1 s" in slow_head
+    assert (
+        stopped_body.startswith(b"HTTP/1.1 408 ") and b"no byte of the request's body for 1 s" in stopped_body
+    )
+    assert idle.startswith(b"HTTP/1.1 200 ") and idle.count(b"HTTP/1.1 ") == 1
+    good_request_works(server)

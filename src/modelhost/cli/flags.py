@@ -194,6 +194,13 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("http-max-header-size", "int", str(1 << 16), HTTP,
               "modelhost only: largest HTTP request line and headers together, in bytes; past it, 414 (a long "
               "URL) or 431.", field="http_max_header_size"),
+    _honoured("http-idle-timeout-secs", "float", "75", HTTP,
+              "modelhost only: seconds a keep-alive HTTP connection may wait for its next request before it "
+              "is closed.", field="http_idle_timeout_secs"),
+    _honoured("http-request-timeout-secs", "float", "30", HTTP,
+              "modelhost only: seconds an HTTP request's line and headers may take to arrive, and its body may "
+              "go without a byte; past them, 408 and the connection is closed.",
+              field="http_request_timeout_secs"),
     _ignored("http-thread-count", "int", "8", HTTP, "Number of threads serving HTTP.", _NO_THREAD_POOL),
     _refused("reuse-http-port", "bool", "false", HTTP,
              "Let several servers listen on the same HTTP port (SO_REUSEPORT).",

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.protocol import start_http_server
+from modelhost.frontends.http.protocol import HttpLimits, start_http_server
 from modelhost.observability.custom_metrics import CustomMetrics
 from modelhost.observability.metrics_config import MetricsConfig, parse_metrics_config
 from modelhost.observability.stats import FIRST_RESPONSE_HISTOGRAM, ModelStats, Summary, metrics_config
@@ -349,7 +349,7 @@ async def start_metrics_server(
             200, render(models(), custom, polled), content_type="text/plain; charset=utf-8; version=0.0.4"
         )
 
-    server, _ = await start_http_server(handle, host, port, max_body=1 << 16)
+    server, _ = await start_http_server(handle, host, port, HttpLimits(max_body=1 << 16))
     return server
 
 

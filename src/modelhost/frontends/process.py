@@ -20,7 +20,7 @@ import msgspec
 
 from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.buffer import BufferLimit
-from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
+from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
 from modelhost.frontends.sagemaker.settings import SageMakerSettings
@@ -45,6 +45,8 @@ class FrontendConfig(msgspec.Struct):
     http_port: int
     http_max_input_size: int
     http_max_header_size: int
+    http_idle_timeout_secs: float
+    http_request_timeout_secs: float
     # The gRPC port to serve too (0: gRPC is off).
     grpc_address: str
     grpc_port: int
@@ -61,8 +63,12 @@ class FrontendConfig(msgspec.Struct):
     log_file: str | None
 
     def options(self) -> ServerOptions:
-        """The log options this process starts with."""
+        """The options this process serves with (HTTP limits, logging)."""
         return ServerOptions(
+            http_max_input_size=self.http_max_input_size,
+            http_max_header_size=self.http_max_header_size,
+            http_idle_timeout_secs=self.http_idle_timeout_secs,
+            http_request_timeout_secs=self.http_request_timeout_secs,
             log_verbose=self.log_verbose,
             log_info=self.log_info,
             log_warning=self.log_warning,
@@ -108,12 +114,7 @@ async def serve(config: FrontendConfig) -> int:
     try:
         if config.http_port:
             http_server, connections = await start_http_server(
-                routes,
-                config.http_address,
-                config.http_port,
-                config.http_max_input_size,
-                max_head=config.http_max_header_size,
-                reuse_port=True,
+                routes, config.http_address, config.http_port, http_limits(config.options()), reuse_port=True
             )
         if config.grpc_port:
             grpc_server = GrpcServer(engine, max_decompressed_size=config.grpc_max_decompressed_size)
@@ -126,8 +127,7 @@ async def serve(config: FrontendConfig) -> int:
                 sagemaker,
                 config.http_address,
                 config.sagemaker_port,
-                config.http_max_input_size,
-                max_head=config.http_max_header_size,
+                http_limits(config.options()),
                 reuse_port=True,
                 connections=connections,
             )

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse
-from modelhost.frontends.http.protocol import HttpProtocol
+from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol
 
 
 class FakeTransport:
@@ -60,7 +60,7 @@ def serve(
 
     async def main() -> tuple[bytes, FakeTransport]:
         transport = FakeTransport()
-        protocol = HttpProtocol(handler, max_body, set(), max_head)
+        protocol = HttpProtocol(handler, HttpLimits(max_body, max_head), set())
         protocol.connection_made(transport)  # type: ignore[arg-type]
         for chunk in chunks:
             protocol.data_received(chunk)
@@ -218,3 +218,64 @@ def test_a_request_followed_by_a_half_close_is_answered_then_closed() -> None:
     # With nothing asked, a half-close closes at once.
     out, transport = serve(b"", half_close=True)
     assert out == b"" and transport.closed
+
+
+# -- timeouts -------------------------------------------------------------------------------------------------------
+
+
+def after(
+    seconds: float, *chunks: bytes, handler: Handler = echo, **limits: float
+) -> tuple[bytes, FakeTransport]:
+    """What the server wrote for these chunks, `seconds` later (timeouts in `limits` are short for that)."""
+
+    async def main() -> tuple[bytes, FakeTransport]:
+        transport = FakeTransport()
+        protocol = HttpProtocol(handler, HttpLimits(1 << 20, **limits), set())  # type: ignore[arg-type]
+        protocol.connection_made(transport)  # type: ignore[arg-type]
+        for chunk in chunks:
+            protocol.data_received(chunk)
+        await asyncio.sleep(seconds)
+        return bytes(transport.written), transport
+
+    return asyncio.run(main())
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_request_timeout() -> None:
+    out, transport = after(0.3, request_timeout=0.05)
+    assert out == b"" and transport.closed
+
+
+def test_a_head_that_does_not_arrive_in_time_is_a_408() -> None:
+    out, transport = after(0.3, b"GET /slow HTTP/1.1\r\nHost: h\r\nX-Trickle: a", request_timeout=0.05)
+    assert out.startswith(b"HTTP/1.1 408 Request Timeout")
+    assert b"did not arrive in 0.05 s" in out
+    assert transport.closed
+
+
+def test_a_body_that_stops_coming_is_a_408() -> None:
+    out, transport = after(
+        0.3, b"POST /b HTTP/1.1\r\nHost: h\r\nContent-Length: 1000000000\r\n\r\nsmall", request_timeout=0.05
+    )
+    assert out.startswith(b"HTTP/1.1 408 ")
+    assert b"no byte of the request's body for 0.05 s" in out
+    assert transport.closed
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() -> None:
+    out, transport = after(0.3, b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n", idle_timeout=0.05, request_timeout=60)
+    assert (
+        out.startswith(b"HTTP/1.1 200 OK") and out.count(b"HTTP/1.1") == 1
+    )  # answered; closed without a word
+    assert transport.closed
+
+
+def test_no_timeout_runs_while_a_request_is_answered() -> None:
+    async def slow(request: HttpRequest) -> HttpResponse:
+        await asyncio.sleep(0.3)  # six request timeouts
+        return HttpResponse(200, b"done")
+
+    out, transport = after(
+        0.6, b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n", handler=slow, request_timeout=0.05, idle_timeout=60
+    )
+    assert out.startswith(b"HTTP/1.1 200 OK") and out.endswith(b"done")
+    assert not transport.closed

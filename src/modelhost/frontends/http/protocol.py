@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import time
 from typing import cast
@@ -16,6 +17,7 @@ from typing import cast
 import httptools
 
 from modelhost.frontends.http.messages import Handler, HttpRequest, HttpResponse, error_response
+from modelhost.options import ServerOptions
 
 log = logging.getLogger("modelhost.http")
 
@@ -26,6 +28,7 @@ _REASONS = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     409: "Conflict",
     414: "URI Too Long",
     415: "Unsupported Media Type",
@@ -38,9 +41,35 @@ _REASONS = {
 _MAX_PIPELINED = 32
 # The most header fields one request may have (their bytes are bounded by `max_head` as well).
 MAX_HEADER_COUNT = 1000
-DEFAULT_MAX_HEAD = 1 << 16
 # Seconds a connection refused mid-request still reads (and drops) what its client sends, after the answer.
 _LINGER_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class HttpLimits:
+    """What one connection may hold and for how long (each has a flag: docs/protocols.md)."""
+
+    max_body: int  # bytes of a request body, also after decompression (--http-max-input-size)
+    # Bytes of a request line and headers together (--http-max-header-size): httptools holds them whole until
+    # they end, so they are bounded, as the body is.
+    max_head: int = 1 << 16
+    # Seconds a keep-alive connection may wait for its next request (--http-idle-timeout-secs): longer than the
+    # 60 s of common load balancers, so that they, not the server, close idle connections.
+    idle_timeout: float = 75.0
+    # Seconds a request's line and headers may take to arrive whole, and its body may go without a byte
+    # (--http-request-timeout-secs): a client that trickles its request (slowloris) or stops halfway (a
+    # Content-Length of 1 GB with a small body) does not hold its connection for ever.
+    request_timeout: float = 30.0
+
+
+def http_limits(options: ServerOptions) -> HttpLimits:
+    """The limits the server's flags set."""
+    return HttpLimits(
+        max_body=options.http_max_input_size,
+        max_head=options.http_max_header_size,
+        idle_timeout=options.http_idle_timeout_secs,
+        request_timeout=options.http_request_timeout_secs,
+    )
 
 
 class _HeadTooLarge(Exception):
@@ -53,18 +82,11 @@ class _HeadTooLarge(Exception):
 
 
 class HttpProtocol(asyncio.Protocol):
-    def __init__(
-        self,
-        handler: Handler,
-        max_body: int,
-        connections: set[HttpProtocol],
-        max_head: int = DEFAULT_MAX_HEAD,
-    ) -> None:
+    def __init__(self, handler: Handler, limits: HttpLimits, connections: set[HttpProtocol]) -> None:
         self.handler = handler
-        self.max_body = max_body
-        # The request line and headers, in bytes: each request's are held whole until they end, so they are
-        # bounded, as the body is.
-        self.max_head = max_head
+        self.limits = limits
+        self.max_body = limits.max_body
+        self.max_head = limits.max_head
         self.connections = connections
         self.parser = httptools.HttpRequestParser(self)
         # A request with both Transfer-Encoding: chunked and Content-Length is read with the chunked framing, as
@@ -84,6 +106,11 @@ class HttpProtocol(asyncio.Protocol):
         self.in_head = True
         self.head_bytes = 0
         self.completed = 0  # requests read whole on this connection
+        # The timeouts: one timer per connection, moved on lazily (when it fires, it checks the times below and
+        # sets itself again if its deadline moved), so that receiving bytes only reads the clock.
+        self.timer: asyncio.TimerHandle | None = None
+        self.last_active = time.monotonic()  # the last byte received or answer sent
+        self.head_started: float | None = None  # when the request whose head is arriving began
         self._reset()
 
     def _reset(self) -> None:
@@ -105,16 +132,21 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self.connections.add(self)
+        self.head_started = self.last_active  # a connection opened and left silent is a request not sent
+        self._arm(min(self.limits.idle_timeout, self.limits.request_timeout))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
         self.closing = True
         self.can_write.set()
         self.pending.clear()
+        if self.timer is not None:
+            self.timer.cancel()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return  # refused and lingering (_fail): what still comes is dropped
+        self.last_active = time.monotonic()
         completed = self.completed
         try:
             self.parser.feed_data(data)
@@ -137,6 +169,43 @@ class HttpProtocol(asyncio.Protocol):
             if self.head_bytes > self.max_head:
                 self._fail(431, self._head_message())
 
+    # -- timeouts ----------------------------------------------------------------------------------------------
+
+    def _arm(self, delay: float) -> None:
+        self.timer = asyncio.get_running_loop().call_later(max(delay, 0.001), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        if self.closing:
+            return
+        now = time.monotonic()
+        limits = self.limits
+        if self.pending or (self.worker is not None and not self.worker.done()):
+            self._arm(min(limits.idle_timeout, limits.request_timeout))  # answering: no timeout runs
+        elif not self.in_head:  # inside a body: it must keep coming
+            left = self.last_active + limits.request_timeout - now
+            if left > 0:
+                self._arm(left)
+            else:
+                self._fail(408, f"no byte of the request's body for {limits.request_timeout:g} s")
+        elif self.head_started is not None:  # a head is arriving: it must be whole in time
+            left = self.head_started + limits.request_timeout - now
+            if left > 0:
+                self._arm(left)
+            elif self.completed == 0 and self.head_bytes == 0 and not self.url:
+                log.info("closing a connection that sent no request in %g s", limits.request_timeout)
+                self._close()
+            else:
+                self._fail(
+                    408, f"the request's line and headers did not arrive in {limits.request_timeout:g} s"
+                )
+        else:  # idle between requests
+            left = self.last_active + limits.idle_timeout - now
+            if left > 0:
+                self._arm(left)
+            else:
+                self._close()
+
     def eof_received(self) -> bool | None:
         """A client that half-closes after sending its requests still gets their answers."""
         self.peer_finished = True
@@ -155,6 +224,8 @@ class HttpProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._reset()
         self.received_ns = time.monotonic_ns()
+        if self.completed:  # the first request's head counts from the connection's opening
+            self.head_started = self.received_ns / 1e9
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -185,6 +256,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.in_head = False
+        self.head_started = None
         for key, values in self.repeated.items():
             self.headers[key] = ", ".join(values)
         if (
@@ -290,6 +362,7 @@ class HttpProtocol(asyncio.Protocol):
     def _write(self, response: HttpResponse, keep_alive: bool) -> None:
         if self.transport is None or self.closing:
             return
+        self.last_active = time.monotonic()
         head = self._head(response, f"Content-Length: {len(response.body)}", keep_alive)
         self.transport.writelines([head, response.body])
 
@@ -325,20 +398,18 @@ async def start_http_server(
     handler: Handler,
     host: str,
     port: int,
-    max_body: int,
+    limits: HttpLimits,
     *,
-    max_head: int = DEFAULT_MAX_HEAD,
     reuse_port: bool = False,
     connections: set[HttpProtocol] | None = None,
 ) -> tuple[asyncio.Server, set[HttpProtocol]]:
-    """`max_head`: the largest request line and headers, in bytes. `reuse_port`: SO_REUSEPORT, for frontend
-    processes that all listen on one port (the kernel spreads the connections over them). `connections`: the set
-    open connections are kept in (one for several servers)."""
+    """`reuse_port`: SO_REUSEPORT, for frontend processes that all listen on one port (the kernel spreads the
+    connections over them). `connections`: the set open connections are kept in (one for several servers)."""
     loop = asyncio.get_running_loop()
     connections = set() if connections is None else connections
 
     def factory() -> HttpProtocol:
-        return HttpProtocol(handler, max_body, connections, max_head)
+        return HttpProtocol(handler, limits, connections)
 
     server = await loop.create_server(
         factory, host=host, port=port, reuse_address=True, reuse_port=reuse_port or None, backlog=2048
