@@ -20,7 +20,7 @@ from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.response_cache import ResponseCache, parse_cache_config
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
 from modelhost.engine.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
-from modelhost.frontends.grpc.server import GrpcServer
+from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.metrics import configure_metrics, start_metrics_server, start_polled_metrics
@@ -202,7 +202,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
         if options.allow_grpc and frontends is None:
-            grpc_server = GrpcServer(server, max_decompressed_size=options.grpc_max_decompressed_size)
+            grpc_server = GrpcServer(server, grpc_limits(options))
             grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port)
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
         if sagemaker is not None and frontends is None:

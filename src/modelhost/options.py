@@ -104,6 +104,8 @@ class ServerOptions:
     http_idle_timeout_secs: float = 75.0
     http_request_timeout_secs: float = 30.0
     grpc_max_decompressed_size: int = DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE
+    grpc_idle_timeout_secs: float = 300.0
+    grpc_request_timeout_secs: float = 30.0
     log_verbose: int = 0
     log_info: bool = True
     log_warning: bool = True
@@ -194,6 +196,8 @@ def _problems(options: ServerOptions) -> list[str]:
     for flag, value in (
         ("http-idle-timeout-secs", options.http_idle_timeout_secs),
         ("http-request-timeout-secs", options.http_request_timeout_secs),
+        ("grpc-idle-timeout-secs", options.grpc_idle_timeout_secs),
+        ("grpc-request-timeout-secs", options.grpc_request_timeout_secs),
     ):
         if not value > 0:
             problems.append(f"--{flag} must be greater than 0, got {value:g}")

@@ -77,6 +77,8 @@ class FrontendSupervisor:
             http_idle_timeout_secs=options.http_idle_timeout_secs,
             http_request_timeout_secs=options.http_request_timeout_secs,
             grpc_max_decompressed_size=options.grpc_max_decompressed_size,
+            grpc_idle_timeout_secs=options.grpc_idle_timeout_secs,
+            grpc_request_timeout_secs=options.grpc_request_timeout_secs,
             grpc_address=options.grpc_address,
             grpc_port=grpc_port,
             sagemaker_port=sagemaker_port,

@@ -78,6 +78,8 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "http_idle_timeout_secs": 75.0,
         "http_request_timeout_secs": 30.0,
         "grpc_max_decompressed_size": 67108864,
+        "grpc_idle_timeout_secs": 300.0,
+        "grpc_request_timeout_secs": 30.0,
         "log_verbose": 0,
         "log_info": True,
         "log_warning": True,
@@ -146,6 +148,8 @@ HONOURED_SAMPLES = {
     "http-idle-timeout-secs": "5",
     "http-request-timeout-secs": "2.5",
     "grpc-max-decompressed-size": "1024",
+    "grpc-idle-timeout-secs": "10",
+    "grpc-request-timeout-secs": "3",
     "allow-grpc": "false",
     "grpc-address": "127.0.0.1",
     "grpc-port": "9001",
@@ -665,6 +669,8 @@ MODELHOST_FLAGS = [
     "http-idle-timeout-secs",
     "http-request-timeout-secs",
     "grpc-max-decompressed-size",
+    "grpc-idle-timeout-secs",
+    "grpc-request-timeout-secs",
 ]
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import queue
 import socket
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,7 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from e2e.server_process import RunningServer
+from e2e.server_process import RunningServer, running_server
 
 # Served by the engine in every --frontend-processes mode: run in mode 0 alone (tests/e2e/conftest.py).
 
@@ -667,3 +669,49 @@ def test_client_cancelling_mid_stream(stub: Any) -> None:
             call.cancel()
             break
     assert seen == 5
+
+
+# -- slow and idle clients ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def impatient_server(
+    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
+    log = tmp_path_factory.mktemp("impatient") / "server.log"
+    flags = ("--grpc-idle-timeout-secs=1", "--grpc-request-timeout-secs=1")
+    with running_server([main_repository], log, *flags) as running:
+        yield running
+    assert "Traceback" not in log.read_text()
+
+
+def test_idle_and_silent_connections_are_closed_and_clients_reconnect(
+    impatient_server: RunningServer,
+) -> None:
+    server = impatient_server
+    silent = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=30)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+        first = client.infer("simple", inputs).as_numpy("OUTPUT0")
+        # The server closes both connections: the silent one after the request timeout, the client's once it
+        # has had no call for the idle timeout (GOAWAY first).
+        silent.settimeout(30)
+        received = b""
+        while chunk := silent.recv(65536):
+            received += chunk
+        assert received  # our SETTINGS, then a GOAWAY, then the close
+        deadline = time.monotonic() + 30
+        while (
+            server.log().count("closing a gRPC connection idle for 1 s") < 2 and time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        # tritonclient's channel reconnects by itself: the next call is served as if nothing happened.
+        again = client.infer("simple", inputs).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(first, again)
+    finally:
+        client.close()
+        silent.close()
+    assert server.log().count("closing a gRPC connection idle for 1 s") >= 2

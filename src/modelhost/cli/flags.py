@@ -220,6 +220,13 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("grpc-max-decompressed-size", "int", str(1 << 26), GRPC,
               "modelhost only: largest size in bytes a compressed gRPC message may inflate to; past it, "
               "RESOURCE_EXHAUSTED.", field="grpc_max_decompressed_size"),
+    _honoured("grpc-idle-timeout-secs", "float", "300", GRPC,
+              "modelhost only: seconds a gRPC connection may go without a call before it is sent GOAWAY and "
+              "closed (clients reconnect at their next call).", field="grpc_idle_timeout_secs"),
+    _honoured("grpc-request-timeout-secs", "float", "30", GRPC,
+              "modelhost only: seconds a unary gRPC call's request may go without a byte (then "
+              "DEADLINE_EXCEEDED), and a new connection may take to start its first call.",
+              field="grpc_request_timeout_secs"),
     _ignored("grpc-infer-thread-count", "int", "2", GRPC,
              "Number of threads handling GRPC inference requests.", _NO_THREAD_POOL),
     _ignored("grpc-infer-allocation-pool-size", "int", "8", GRPC,

@@ -18,7 +18,7 @@ import sys
 
 import msgspec
 
-from modelhost.frontends.grpc.server import GrpcServer
+from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.buffer import BufferLimit
 from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
@@ -51,6 +51,8 @@ class FrontendConfig(msgspec.Struct):
     grpc_address: str
     grpc_port: int
     grpc_max_decompressed_size: int
+    grpc_idle_timeout_secs: float
+    grpc_request_timeout_secs: float
     # The SageMaker port to serve too (0: off); its settings come from the environment, as the engine read them.
     sagemaker_port: int
     buffer_limit: int
@@ -69,6 +71,9 @@ class FrontendConfig(msgspec.Struct):
             http_max_header_size=self.http_max_header_size,
             http_idle_timeout_secs=self.http_idle_timeout_secs,
             http_request_timeout_secs=self.http_request_timeout_secs,
+            grpc_max_decompressed_size=self.grpc_max_decompressed_size,
+            grpc_idle_timeout_secs=self.grpc_idle_timeout_secs,
+            grpc_request_timeout_secs=self.grpc_request_timeout_secs,
             log_verbose=self.log_verbose,
             log_info=self.log_info,
             log_warning=self.log_warning,
@@ -117,7 +122,7 @@ async def serve(config: FrontendConfig) -> int:
                 routes, config.http_address, config.http_port, http_limits(config.options()), reuse_port=True
             )
         if config.grpc_port:
-            grpc_server = GrpcServer(engine, max_decompressed_size=config.grpc_max_decompressed_size)
+            grpc_server = GrpcServer(engine, grpc_limits(config.options()))
             await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True)
         if config.sagemaker_port:
             sagemaker = SageMakerRoutes(

@@ -13,7 +13,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from modelhost.frontends.grpc.connection import GrpcConnection
+from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
 from modelhost.frontends.grpc.methods import Method
 
 
@@ -102,9 +102,11 @@ class Peer:
         *,
         handshake: bool = True,
         max_decompressed_size: int | None = None,
+        **timeouts: float,
     ) -> None:
         self.transport = MemoryTransport()
-        self.server = GrpcConnection(methods, max_message_size, set(), max_decompressed_size)
+        limits = GrpcLimits(max_message_size, max_decompressed_size or max_message_size, **timeouts)
+        self.server = GrpcConnection(methods, limits, set())
         self.transport.protocol = self.server
         self.server.connection_made(self.transport)  # type: ignore[arg-type]
         self.h2 = h2.connection.H2Connection(

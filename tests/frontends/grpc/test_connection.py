@@ -481,3 +481,62 @@ def test_connection_lost_cancels_calls() -> None:
         assert handlers.cancelled == 1 and not peer.server.calls
 
     run(test)
+
+
+# -- timeouts -------------------------------------------------------------------------------------------------------
+
+
+def run_with(test: Any, **timeouts: float) -> None:
+    async def body() -> None:
+        handlers = Handlers()
+        await test(handlers, Peer(handlers.methods(), **timeouts))
+
+    asyncio.run(body())
+
+
+def test_a_connection_without_calls_is_sent_goaway_and_closed_after_the_idle_timeout() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        await still_serving(peer)
+        await asyncio.sleep(0.3)
+        peer.receive()
+        assert peer.goaway is not None and peer.goaway.error_code == h2.errors.ErrorCodes.NO_ERROR
+        assert peer.transport.closed
+
+    run_with(test, idle_timeout=0.05, request_timeout=60)
+
+
+def test_a_connection_that_starts_no_call_is_closed_after_the_request_timeout() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        await asyncio.sleep(0.3)
+        assert peer.transport.closed
+
+    run_with(test, idle_timeout=60, request_timeout=0.05)
+
+
+def test_a_unary_request_that_stops_halfway_is_deadline_exceeded_and_the_connection_goes_on() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        stream_id = peer.start(b"/t.S/Echo")
+        peer.h2.send_data(stream_id, framed(b"x" * 1000)[:500])  # half a message, then nothing
+        peer.send()
+        await asyncio.sleep(0.3)
+        answer = await peer.answer(stream_id)
+        assert answer.status() == DEADLINE_EXCEEDED
+        assert urllib.parse.unquote(answer.message()) == "no byte of the request for 0.05 s"
+        assert not peer.transport.closed
+        await still_serving(peer)
+
+    run_with(test, idle_timeout=60, request_timeout=0.05)
+
+
+def test_a_streaming_call_may_wait_for_its_client_and_keeps_its_connection_open() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        stream_id = peer.start(b"/t.S/Chat")
+        peer.h2.send_data(stream_id, framed(b"a"))
+        peer.send()
+        await asyncio.sleep(0.3)  # six of each timeout
+        peer.h2.send_data(stream_id, framed(b"b"), end_stream=True)
+        peer.send()
+        answer = await peer.answer(stream_id)
+        assert answer.status() == OK and answer.messages() == [b"A", b"B"]
+
+    run_with(test, idle_timeout=0.05, request_timeout=0.05)

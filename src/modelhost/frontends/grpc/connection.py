@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -55,6 +56,22 @@ MAX_HEADER_LIST_SIZE = 16 * 1024
 STREAM_INBOX = 64
 # Client resets of streams per connection and second before the connection is closed (the "rapid reset" attack).
 MAX_RESETS_PER_SECOND = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class GrpcLimits:
+    """What one connection may send and for how long (each has a flag: docs/grpc.md)."""
+
+    max_message_size: int = 2**31 - 1  # bytes of one message as sent, each way (Triton's limit)
+    # Bytes a compressed message may inflate to (--grpc-max-decompressed-size).
+    max_decompressed_size: int = 1 << 26
+    # Seconds a connection may stay without a call before it is sent GOAWAY and closed (--grpc-idle-timeout-secs):
+    # clients reconnect by themselves at their next call.
+    idle_timeout: float = 300.0
+    # Seconds a unary call's request may go without a byte before it is answered DEADLINE_EXCEEDED, and a new
+    # connection may take to start its first call (--grpc-request-timeout-secs).
+    request_timeout: float = 30.0
+
 
 _CONFIG = h2.config.H2Configuration(
     client_side=False,
@@ -117,15 +134,12 @@ def _log_cancellation(call: _Call, why: str) -> None:
 
 class GrpcConnection(asyncio.Protocol):
     def __init__(
-        self,
-        methods: dict[bytes, Method],
-        max_message_size: int,
-        connections: set[GrpcConnection],
-        max_decompressed_size: int | None = None,
+        self, methods: dict[bytes, Method], limits: GrpcLimits, connections: set[GrpcConnection]
     ) -> None:
         self.methods = methods
-        self.max_message_size = max_message_size
-        self.max_decompressed_size = max_decompressed_size
+        self.limits = limits
+        self.max_message_size = limits.max_message_size
+        self.max_decompressed_size = limits.max_decompressed_size
         self.connections = connections
         self.h2 = h2.connection.H2Connection(_CONFIG)
         self.h2.encoder = CachingEncoder()
@@ -144,6 +158,11 @@ class GrpcConnection(asyncio.Protocol):
         self.received = 0  # bytes received since the connection's window was last reopened
         self.idle = asyncio.Event()
         self.idle.set()
+        # The timeouts: one timer, moved on lazily (when it fires it checks these times and sets itself again if
+        # the deadline moved), so that receiving bytes only reads the clock.
+        self.timer: asyncio.TimerHandle | None = None
+        self.last_active = time.monotonic()  # the last byte received or call ended
+        self.any_call = False  # a call was started on this connection
         self._dispatch: dict[type[h2.events.Event], Any] = {
             h2.events.RequestReceived: self._request_received,
             h2.events.DataReceived: self._data_received,
@@ -173,6 +192,7 @@ class GrpcConnection(asyncio.Protocol):
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(INITIAL_WINDOW)
         self._flush()
+        self._arm(min(self.limits.idle_timeout, self.limits.request_timeout))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -185,6 +205,8 @@ class GrpcConnection(asyncio.Protocol):
                 call.task.cancel()
         self._wake_window_waiters()
         self.idle.set()
+        if self.timer is not None:
+            self.timer.cancel()
 
     def pause_writing(self) -> None:
         self.can_write.clear()
@@ -193,6 +215,7 @@ class GrpcConnection(asyncio.Protocol):
         self.can_write.set()
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as e:
@@ -207,6 +230,45 @@ class GrpcConnection(asyncio.Protocol):
             if handler is not None:
                 handler(event)
         self._flush()
+
+    # -- timeouts ----------------------------------------------------------------------------------------------
+
+    def _arm(self, delay: float) -> None:
+        self.timer = self.loop.call_later(max(delay, 0.001), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return
+        limits = self.limits
+        now = time.monotonic()
+        silent = now - self.last_active
+        if not self.calls:
+            limit = limits.idle_timeout if self.any_call else min(limits.idle_timeout, limits.request_timeout)
+            if silent >= limit:
+                log.info("closing a gRPC connection idle for %g s", limit)
+                self.go_away()
+                self.close()
+            else:
+                self._arm(limit - silent)
+            return
+        if silent >= limits.request_timeout:
+            # Unary calls whose request stopped halfway; a streaming call may wait for its client as long as it
+            # likes, and a call being answered has no timeout.
+            for call in list(self.calls.values()):
+                if call.task is None and call.inbox is None:
+                    log.info("gRPC call to %s: no byte of its request for %g s", call.method.name, silent)
+                    self._fail_early(
+                        call,
+                        AbortError(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"no byte of the request for {limits.request_timeout:g} s",
+                        ),
+                    )
+            self._flush()
+            self._arm(limits.request_timeout)
+        else:
+            self._arm(limits.request_timeout - silent)
 
     # -- inbound events ----------------------------------------------------------------------------------------
 
@@ -249,6 +311,7 @@ class GrpcConnection(asyncio.Protocol):
             return
         call = _Call(stream_id, method, reader, CallContext(headers))
         self.calls[stream_id] = call
+        self.any_call = True
         self.idle.clear()
         if seconds is not None:
             call.deadline = self.loop.call_later(seconds, self._deadline_expired, call)
@@ -536,6 +599,7 @@ class GrpcConnection(asyncio.Protocol):
             call.deadline.cancel()
         if not self.calls:
             self.idle.set()
+            self.last_active = time.monotonic()  # idle from now
 
     def _wake_inbox(self, stream_id: int) -> None:
         waiter = self.inbox_waiters.get(stream_id)

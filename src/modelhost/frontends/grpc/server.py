@@ -12,16 +12,21 @@ from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
 from modelhost.engine_api import EngineAPI
-from modelhost.frontends.grpc.connection import GrpcConnection
+from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
 from modelhost.frontends.grpc.methods import Method, methods_of
 from modelhost.frontends.grpc.service import GrpcService, HealthService
+from modelhost.options import ServerOptions
 
 log = logging.getLogger("modelhost.grpc")
 
-# Triton's limit on a message, each way.
-MAX_MESSAGE_SIZE = 2**31 - 1
-# --grpc-max-decompressed-size: what a compressed message may inflate to (as --http-max-input-size for HTTP).
-DEFAULT_MAX_DECOMPRESSED_SIZE = 1 << 26
+
+def grpc_limits(options: ServerOptions) -> GrpcLimits:
+    """The limits the server's flags set."""
+    return GrpcLimits(
+        max_decompressed_size=options.grpc_max_decompressed_size,
+        idle_timeout=options.grpc_idle_timeout_secs,
+        request_timeout=options.grpc_request_timeout_secs,
+    )
 
 
 def _debug_response_delay() -> int:
@@ -64,12 +69,7 @@ def _delayed(method: Method, delay_s: int, process_delay_s: float) -> Method:
 
 
 class GrpcServer:
-    def __init__(
-        self,
-        engine: EngineAPI,
-        max_message_size: int = MAX_MESSAGE_SIZE,
-        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
-    ) -> None:
+    def __init__(self, engine: EngineAPI, limits: GrpcLimits | None = None) -> None:
         self.methods: dict[bytes, Method] = {
             **methods_of(
                 service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], GrpcService(engine)
@@ -79,8 +79,7 @@ class GrpcServer:
         delay_s, process_delay_s = _debug_response_delay(), _debug_process_delay()
         if delay_s or process_delay_s:
             self.methods = {path: _delayed(m, delay_s, process_delay_s) for path, m in self.methods.items()}
-        self.max_message_size = max_message_size
-        self.max_decompressed_size = max_decompressed_size
+        self.limits = limits or GrpcLimits()
         self.connections: set[GrpcConnection] = set()
         self.listener: asyncio.Server | None = None
 
@@ -88,9 +87,7 @@ class GrpcServer:
         """Listen; the port bound (the one picked when `port` is 0)."""
 
         def factory() -> GrpcConnection:
-            return GrpcConnection(
-                self.methods, self.max_message_size, self.connections, self.max_decompressed_size
-            )
+            return GrpcConnection(self.methods, self.limits, self.connections)
 
         loop = asyncio.get_running_loop()
         try:
