@@ -195,19 +195,21 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             frontends = Frontends(options, server)
             await frontends.start()
         elif options.allow_http:
-            routes = HttpRoutes(server, options.http_max_input_size)
+            routes = HttpRoutes(server, options.http_max_input_size, options.http_restricted_api)
             http_server, connections = await start_http_server(
                 routes, options.http_address, options.http_port, http_limits(options)
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
         if options.allow_grpc and frontends is None:
-            grpc_server = GrpcServer(server, grpc_limits(options))
+            grpc_server = GrpcServer(server, grpc_limits(options), options.grpc_restricted_protocol)
             grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port)
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
         if sagemaker is not None and frontends is None:
             sagemaker_routes = SageMakerRoutes(
-                server, HttpRoutes(server, options.http_max_input_size), sagemaker
+                server,
+                HttpRoutes(server, options.http_max_input_size, options.http_restricted_api),
+                sagemaker,
             )
             sagemaker_server, _ = await start_http_server(
                 sagemaker_routes,

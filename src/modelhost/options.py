@@ -106,6 +106,9 @@ class ServerOptions:
     grpc_max_decompressed_size: int = DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE
     grpc_idle_timeout_secs: float = 300.0
     grpc_request_timeout_secs: float = 30.0
+    # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value) (frontends/restrictions.py).
+    http_restricted_api: dict[str, tuple[str, str]] = field(default_factory=dict)
+    grpc_restricted_protocol: dict[str, tuple[str, str]] = field(default_factory=dict)
     log_verbose: int = 0
     log_info: bool = True
     log_warning: bool = True

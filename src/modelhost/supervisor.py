@@ -76,6 +76,8 @@ class FrontendSupervisor:
             http_max_header_size=options.http_max_header_size,
             http_idle_timeout_secs=options.http_idle_timeout_secs,
             http_request_timeout_secs=options.http_request_timeout_secs,
+            http_restricted_api=options.http_restricted_api,
+            grpc_restricted_protocol=options.grpc_restricted_protocol,
             grpc_max_decompressed_size=options.grpc_max_decompressed_size,
             grpc_idle_timeout_secs=options.grpc_idle_timeout_secs,
             grpc_request_timeout_secs=options.grpc_request_timeout_secs,

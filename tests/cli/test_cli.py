@@ -80,6 +80,8 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "grpc_max_decompressed_size": 67108864,
         "grpc_idle_timeout_secs": 300.0,
         "grpc_request_timeout_secs": 30.0,
+        "http_restricted_api": {},
+        "grpc_restricted_protocol": {},
         "log_verbose": 0,
         "log_info": True,
         "log_warning": True,
@@ -150,6 +152,8 @@ HONOURED_SAMPLES = {
     "grpc-max-decompressed-size": "1024",
     "grpc-idle-timeout-secs": "10",
     "grpc-request-timeout-secs": "3",
+    "http-restricted-api": "health:k=v",
+    "grpc-restricted-protocol": "health:k=v",
     "allow-grpc": "false",
     "grpc-address": "127.0.0.1",
     "grpc-port": "9001",
@@ -889,3 +893,53 @@ def test_compatibility_prints_the_page(capsys: pytest.CaptureFixture[str]) -> No
     assert page == (DOCS.parent / "compatibility.md").read_text(encoding="utf-8")
     assert main(["compatibility", "--write"]) == 2
     assert "compatibility takes no arguments" in capsys.readouterr().err
+
+
+# --- restricted APIs (tritonserver's messages; the behaviour: tests/e2e/test_restricted_apis.py)
+
+
+def test_restricted_apis_are_parsed_by_category() -> None:
+    options = parse_serve_args(
+        [
+            "--http-restricted-api=model-repository:admin-key=admin-value",
+            "--http-restricted-api=inference,metadata:infer-key=infer-value",
+            "--grpc-restricted-protocol=health:k=v=w",
+        ]
+    )
+    assert options.http_restricted_api == {
+        "model-repository": ("admin-key", "admin-value"),
+        "inference": ("infer-key", "infer-value"),
+        "metadata": ("infer-key", "infer-value"),
+    }
+    assert options.grpc_restricted_protocol == {"health": ("triton-grpc-protocol-k", "v=w")}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            [
+                "--http-restricted-api=model-repository,health:k1=v1",
+                "--http-restricted-api=metadata,health:k2=v2",
+            ],
+            "restricted api 'health' can not be specified in multiple config groups",
+        ),
+        (["--http-restricted-api=model-reposit,health:k1=v1"], "unknown restricted api 'model-reposit'"),
+        (
+            ["--grpc-restricted-protocol=health:k1=v1", "--grpc-restricted-protocol=health:k2=v2"],
+            "restricted protocol 'health' can not be specified in multiple config groups",
+        ),
+        (["--grpc-restricted-protocol=model-reposit:k1=v1"], "unknown restricted protocol 'model-reposit'"),
+        (
+            ["--http-restricted-api=health"],
+            "--http-restricted-api option format is '<config name>:<setting>=<value>'. Got health",
+        ),
+        (
+            ["--grpc-restricted-protocol=health:=v"],
+            "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got health:=v",
+        ),
+    ],
+)
+def test_mistakes_in_restricted_apis_are_refused_in_tritons_words(flags: list[str], message: str) -> None:
+    with pytest.raises(CliError, match=re.escape(message)):
+        parse_serve_args(flags)

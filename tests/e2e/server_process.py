@@ -70,9 +70,10 @@ class RunningServer:
             return self.process.wait()
 
 
-def _http_ok(port: int, path: str) -> bool:
+def _http_ok(port: int, path: str, headers: dict[str, str] | None = None) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
+        with urllib.request.urlopen(request, timeout=1) as r:
             return bool(r.status == 200)
     except Exception:
         return False
@@ -85,8 +86,10 @@ def start_server(
     wait_ready: bool = True,
     timeout: float = 60,
     env: dict[str, str] | None = None,
+    health_headers: dict[str, str] | None = None,
 ) -> RunningServer:
-    """`env`, when given, is the server's whole environment (PYTHONUNBUFFERED added); else this process's."""
+    """`env`, when given, is the server's whole environment (PYTHONUNBUFFERED added); else this process's.
+    `health_headers`: sent with the readiness checks (a server whose health API is restricted)."""
     http_port, grpc_port, metrics_port = free_ports(3)
     command = [sys.executable, "-m", "modelhost", "serve"]
     command += [f"--model-repository={r}" for r in repositories]
@@ -103,7 +106,7 @@ def start_server(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
-        if _http_ok(http_port, path):
+        if _http_ok(http_port, path, health_headers):
             return server
         time.sleep(0.1)
     server.stop(signal.SIGKILL)
@@ -117,8 +120,11 @@ def running_server(
     *args: str,
     wait_ready: bool = True,
     env: dict[str, str] | None = None,
+    health_headers: dict[str, str] | None = None,
 ) -> Iterator[RunningServer]:
-    server = start_server(repositories, log_path, *args, wait_ready=wait_ready, env=env)
+    server = start_server(
+        repositories, log_path, *args, wait_ready=wait_ready, env=env, health_headers=health_headers
+    )
     try:
         yield server
     finally:

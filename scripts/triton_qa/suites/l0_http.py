@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from triton_qa import models
-from triton_qa.core import CPP_CLIENT, OTHER, Config, LeftOut, Run, Suite, SuiteContext
+from triton_qa.core import CPP_CLIENT, OTHER, Check, Config, LeftOut, Run, Server, Suite, SuiteContext
 from triton_qa.suites._common import fresh
 
 # modelhost's bundled example: the ONNX twin of docs/examples/model_repository/simple (a TF graphdef).
@@ -82,7 +82,55 @@ def configs(ctx: SuiteContext) -> list[Config]:
             args=[f"--model-repository={ctx.work}/generate_models"],
             steps=[Run("generate_endpoint_test.py")],
         ),
+        # test.sh's "Test Restricted APIs": a category in two values, an unknown category, then the tests.
+        Config(
+            name="restricted_api_repeated",
+            args=[
+                f"--model-repository={ctx.work}/models",
+                "--http-restricted-api=model-repository,health:k1=v1",
+                "--http-restricted-api=metadata,health:k2=v2",
+            ],
+            setup=setup_models,
+            start="fail",
+            steps=[],
+            after=[
+                Check(
+                    "log_has_repeated",
+                    _log_has("api 'health' can not be specified in multiple config groups"),
+                )
+            ],
+        ),
+        Config(
+            name="restricted_api_unknown",
+            args=[
+                f"--model-repository={ctx.work}/models",
+                "--http-restricted-api=model-reposit,health:k1=v1",
+                "--http-restricted-api=metadata,health:k2=v2",
+            ],
+            setup=setup_models,
+            start="fail",
+            steps=[],
+            after=[Check("log_has_unknown", _log_has("unknown restricted api 'model-reposit'"))],
+        ),
+        Config(
+            name="restricted_api",
+            args=[
+                f"--model-repository={ctx.work}/models",
+                "--http-restricted-api=model-repository:admin-key=admin-value",
+                "--http-restricted-api=inference,metadata:infer-key=infer-value",
+            ],
+            setup=setup_models,
+            steps=[Run("http_restricted_api_test.py", args=["RestrictedAPITest"])],
+        ),
     ]
+
+
+def _log_has(text: str):  # type: ignore[no-untyped-def]
+    def check(ctx: SuiteContext, server: Server | None) -> str | None:
+        log = ctx.server_log.read_text(errors="replace") if ctx.server_log and ctx.server_log.exists() else ""
+        return None if text in log else f"the server log has no {text!r} (test.sh greps for it)"
+
+    return check
 
 
 SUITE = Suite(
@@ -97,11 +145,6 @@ SUITE = Suite(
         ),
         LeftOut(
             "http_client_plugin_test.py, http_basic_auth_test.py (nginx)", OTHER, "not in the brief's list"
-        ),
-        LeftOut(
-            "http_restricted_api_test.py and the --http-restricted-api configurations",
-            OTHER,
-            "--http-restricted-api: not yet (compatibility.md)",
         ),
         LeftOut(
             "the curl checks of binary_data / JSON outputs and of malformed requests", OTHER, "not reproduced"

@@ -208,9 +208,11 @@ FLAGS: tuple[Flag, ...] = (
     _refused("http-header-forward-pattern", "str", "", HTTP,
              "Regular expression of HTTP headers forwarded as request parameters.",
              "header forwarding is not implemented yet"),
-    _refused("http-restricted-api", "str", "", HTTP,
-             "Require a header for some API categories; repeatable.",
-             "API restriction is not implemented yet", repeatable=True, metavar="<apis>:<key>=<value>"),
+    _honoured("http-restricted-api", "str", "", HTTP,
+              "Serve the APIs of the categories named (health, metadata, inference, shared-memory, "
+              "model-config, model-repository, statistics, trace, logging) only to requests with the header "
+              "<key>: <value>, others get 403; repeatable (a category in one value only). The SageMaker port "
+              "too.", repeatable=True, metavar="<apis>:<key>=<value>"),
     # GRPC
     _honoured("allow-grpc", "bool", "true", GRPC, "Serve the GRPC (KServe v2) API.", field="allow_grpc"),
     _honoured("grpc-address", "address", "0.0.0.0", GRPC,
@@ -278,10 +280,10 @@ FLAGS: tuple[Flag, ...] = (
     _refused("grpc-max-connection-age-grace", "int", "", GRPC,
              "Grace period after a channel reaches its maximum age.",
              "connection ages are not configurable yet"),
-    _refused("grpc-restricted-protocol", "str", "", GRPC,
-             "Require a header for some protocol categories; repeatable.",
-             "protocol restriction is not implemented yet", repeatable=True,
-             metavar="<protocols>:<key>=<value>"),
+    _honoured("grpc-restricted-protocol", "str", "", GRPC,
+              "Serve the RPCs of the categories named (as --http-restricted-api) only to calls with the "
+              "metadata triton-grpc-protocol-<key>: <value>, others get UNAVAILABLE; repeatable.",
+              repeatable=True, metavar="<protocols>:<key>=<value>"),
     # Metrics
     _honoured("allow-metrics", "bool", "true", METRICS, "Serve Prometheus metrics at /metrics.",
               field="allow_metrics"),

@@ -33,6 +33,7 @@ from modelhost.cli.flags import (
     Status,
     int_or_none,
 )
+from modelhost.frontends.restrictions import GRPC_HEADER_PREFIX, Restrictions, add_restriction
 from modelhost.host.devices import cpu_count
 from modelhost.observability.logs import LOGGER_NAME, configure_logging
 from modelhost.options import (
@@ -337,6 +338,8 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     metrics_config: dict[str, str] = {}  # a setting given twice keeps its last value
     trace_config: list[str] = []  # checked by ServerOptions (tracing/settings.py)
     cache_config: list[str] = []  # checked by ServerOptions (response_cache.py)
+    http_restrictions: Restrictions = {}
+    grpc_restrictions: Restrictions = {}
     disable_auto_complete = strict_model_config = strict_given = False
     for name, raw in given:
         flag = FLAGS_BY_NAME[name]
@@ -368,6 +371,18 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             metrics_config[setting.strip()] = setting_value  # checked by ServerOptions
         elif name == "cache-config":
             cache_config.append(raw)
+        elif name in ("http-restricted-api", "grpc-restricted-protocol"):
+            http = name == "http-restricted-api"
+            try:
+                add_restriction(
+                    http_restrictions if http else grpc_restrictions,
+                    raw,
+                    name,
+                    key_prefix="" if http else GRPC_HEADER_PREFIX,
+                    feature="api" if http else "protocol",
+                )
+            except ValueError as error:
+                raise CliError(str(error)) from None
         elif name == "response-cache-byte-size":
             if int(value) > 0:  # 0: no cache, as in tritonserver
                 cache_config.append(f"local,size={int(value)}")
@@ -429,6 +444,8 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             metrics_config=metrics_config,
             trace_config=trace_config,
             cache_config=cache_config,
+            http_restricted_api=http_restrictions,
+            grpc_restricted_protocol=grpc_restrictions,
             **values,
         )
     except ValueError as error:

@@ -634,10 +634,11 @@ FEATURES: tuple[Item, ...] = (
     ),
     Item(
         "Restricted APIs (`--http-restricted-api`, `--grpc-restricted-protocol`)",
-        State.NOT_YET,
-        "",
-        "cli.md",
+        State.SUPPORTED,
+        "the SageMaker port too",
+        "security.md",
         flag="http-restricted-api",
+        test="tests/e2e/test_restricted_apis.py::test_every_http_endpoint_needs_its_header",
     ),
     Item(
         "Header forwarding to request parameters",

@@ -47,6 +47,9 @@ class FrontendConfig(msgspec.Struct):
     http_max_header_size: int
     http_idle_timeout_secs: float
     http_request_timeout_secs: float
+    # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value).
+    http_restricted_api: dict[str, tuple[str, str]]
+    grpc_restricted_protocol: dict[str, tuple[str, str]]
     # The gRPC port to serve too (0: gRPC is off).
     grpc_address: str
     grpc_port: int
@@ -111,7 +114,11 @@ async def serve(config: FrontendConfig) -> int:
     engine = await connect(
         config.engine_address, engine_lost, lambda changes: log_settings.update(changes, announce=False)
     )
-    routes = BufferLimit(HttpRoutes(engine, config.http_max_input_size), engine, config.buffer_limit)
+    routes = BufferLimit(
+        HttpRoutes(engine, config.http_max_input_size, config.http_restricted_api),
+        engine,
+        config.buffer_limit,
+    )
     http_server: asyncio.Server | None = None
     sagemaker_server: asyncio.Server | None = None
     connections: set[HttpProtocol] = set()
@@ -122,11 +129,13 @@ async def serve(config: FrontendConfig) -> int:
                 routes, config.http_address, config.http_port, http_limits(config.options()), reuse_port=True
             )
         if config.grpc_port:
-            grpc_server = GrpcServer(engine, grpc_limits(config.options()))
+            grpc_server = GrpcServer(engine, grpc_limits(config.options()), config.grpc_restricted_protocol)
             await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True)
         if config.sagemaker_port:
             sagemaker = SageMakerRoutes(
-                engine, HttpRoutes(engine, config.http_max_input_size), SageMakerSettings.from_environ()
+                engine,
+                HttpRoutes(engine, config.http_max_input_size, config.http_restricted_api),
+                SageMakerSettings.from_environ(),
             )
             sagemaker_server, _ = await start_http_server(
                 sagemaker,

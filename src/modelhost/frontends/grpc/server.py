@@ -8,13 +8,16 @@ import logging
 import os
 from typing import Any
 
+import grpc
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
 from modelhost.engine_api import EngineAPI
+from modelhost.frontends.grpc.calls import AbortError
 from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
 from modelhost.frontends.grpc.methods import Method, methods_of
 from modelhost.frontends.grpc.service import GrpcService, HealthService
+from modelhost.frontends.restrictions import Restrictions, refusal
 from modelhost.options import ServerOptions
 
 log = logging.getLogger("modelhost.grpc")
@@ -27,6 +30,61 @@ def grpc_limits(options: ServerOptions) -> GrpcLimits:
         idle_timeout=options.grpc_idle_timeout_secs,
         request_timeout=options.grpc_request_timeout_secs,
     )
+
+
+# The restricted-protocol category of each method of the inference service (grpc_server.cc, infer_handler.cc);
+# grpc.health.v1 has none.
+_CATEGORIES = {
+    "ServerLive": "health",
+    "ServerReady": "health",
+    "ModelReady": "health",
+    "ServerMetadata": "metadata",
+    "ModelMetadata": "metadata",
+    "ModelConfig": "model-config",
+    "ModelStatistics": "statistics",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+    "RepositoryIndex": "model-repository",
+    "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
+    "ModelInfer": "inference",
+    "ModelStreamInfer": "inference",
+    **{
+        f"{kind}SharedMemory{action}": "shared-memory"
+        for kind in ("System", "Cuda")
+        for action in ("Status", "Register", "Unregister")
+    },
+}
+
+
+def _restricted(method: Method, restrictions: Restrictions) -> Method:
+    """`method`, refusing a call without the metadata its category is restricted by (UNAVAILABLE, Triton's words)
+    before its handler runs."""
+    category = _CATEGORIES.get(method.name, "")
+    if category not in restrictions:
+        return method
+    handler = method.handler
+
+    def check(context: Any) -> None:
+        why = refusal(restrictions, category, lambda key: dict(context.invocation_metadata()).get(key))
+        if why:
+            log.info("refused a gRPC call to %s: this protocol is restricted, %s", method.name, why)
+            raise AbortError(grpc.StatusCode.UNAVAILABLE, f"This protocol is restricted, {why}")
+
+    if method.streaming:
+
+        async def streaming(requests: Any, context: Any) -> Any:
+            check(context)
+            async for answer in handler(requests, context):
+                yield answer
+
+        return dataclasses.replace(method, handler=streaming)
+
+    async def unary(request: Any, context: Any) -> Any:
+        check(context)
+        return await handler(request, context)
+
+    return dataclasses.replace(method, handler=unary)
 
 
 def _debug_response_delay() -> int:
@@ -69,7 +127,9 @@ def _delayed(method: Method, delay_s: int, process_delay_s: float) -> Method:
 
 
 class GrpcServer:
-    def __init__(self, engine: EngineAPI, limits: GrpcLimits | None = None) -> None:
+    def __init__(
+        self, engine: EngineAPI, limits: GrpcLimits | None = None, restrictions: Restrictions | None = None
+    ) -> None:
         self.methods: dict[bytes, Method] = {
             **methods_of(
                 service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], GrpcService(engine)
@@ -79,6 +139,8 @@ class GrpcServer:
         delay_s, process_delay_s = _debug_response_delay(), _debug_process_delay()
         if delay_s or process_delay_s:
             self.methods = {path: _delayed(m, delay_s, process_delay_s) for path, m in self.methods.items()}
+        if restrictions:
+            self.methods = {path: _restricted(m, restrictions) for path, m in self.methods.items()}
         self.limits = limits or GrpcLimits()
         self.connections: set[GrpcConnection] = set()
         self.listener: asyncio.Server | None = None

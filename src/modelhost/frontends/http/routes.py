@@ -37,6 +37,7 @@ from modelhost.frontends.http.messages import (
     ok,
 )
 from modelhost.frontends.http.statuses import failure_response
+from modelhost.frontends.restrictions import Restrictions, refusal
 from modelhost.types import InferenceResponse, Parameters
 
 log = logging.getLogger("modelhost.http")
@@ -50,14 +51,62 @@ _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(lo
 _SHARED_MEMORY = re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 
 
+# The restricted-API category of each action on a model (http_server.cc).
+_MODEL_CATEGORIES = {
+    "": "metadata",
+    "ready": "health",
+    "config": "model-config",
+    "stats": "statistics",
+    "trace/setting": "trace",
+    "infer": "inference",
+    "generate": "inference",
+    "generate_stream": "inference",
+}
+
+
+def category_of(path: str) -> str:
+    """The restricted-API category of a path ("" for one no endpoint serves)."""
+    if path == "/v2/models/stats":
+        return "statistics"
+    if path.startswith("/v2/models/") and (m := _MODEL.fullmatch(path)):
+        return _MODEL_CATEGORIES[m.group(3) or ""]
+    if path == "/v2/logging":
+        return "logging"
+    if path == "/v2/trace/setting":
+        return "trace"
+    if m := _HEALTH.fullmatch(path):
+        return "metadata" if m.group(1) is None else "health"
+    if _REPOSITORY.fullmatch(path):
+        return "model-repository"
+    if _SHARED_MEMORY.fullmatch(path):
+        return "shared-memory"
+    return ""
+
+
+def restricted(restrictions: Restrictions, category: str, request: HttpRequest) -> HttpResponse | None:
+    """The 403 a request of `category` gets when it lacks the header its category is restricted by."""
+    why = refusal(restrictions, category, request.headers.get)
+    if not why:
+        return None
+    log.info("refused %s %s: this API is restricted, %s", request.method, request.path, why)
+    return error_response(403, f"This API is restricted, {why}")
+
+
 class HttpRoutes:
-    def __init__(self, engine: EngineAPI, max_input_size: int) -> None:
+    def __init__(
+        self, engine: EngineAPI, max_input_size: int, restrictions: Restrictions | None = None
+    ) -> None:
         self.engine = engine
         self.max_input_size = max_input_size
+        self.restrictions = restrictions or {}
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("HTTP request: %s %s", request.method, request.path)  # Triton's verbose line
+        if self.restrictions and (
+            refused := restricted(self.restrictions, category_of(request.path), request)
+        ):
+            return refused  # before anything else, as Triton: the method and the body are not looked at
         try:
             return await self._route(request)
         except ModelhostError as e:

@@ -19,7 +19,7 @@ import orjson
 from modelhost.engine_api import EngineAPI
 from modelhost.errors import Conflict, InvalidArgument, ModelhostError, NotFound, Unavailable
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.frontends.http.routes import HttpRoutes, restricted
 from modelhost.frontends.http.statuses import failure_response
 from modelhost.frontends.sagemaker.model_urls import locate_model
 from modelhost.frontends.sagemaker.settings import SageMakerSettings
@@ -36,6 +36,18 @@ _MODELS = re.compile(r"/models(?:/([^/]+))?(/invoke)?")
 _INT32_MAX = 2**31 - 1
 
 
+def _category(request: HttpRequest) -> str:
+    """The restricted-API category of a SageMaker route (sagemaker_server.cc)."""
+    if request.path == "/ping":
+        return "health"
+    if request.path == "/invocations":
+        return "inference"
+    match = _MODELS.fullmatch(request.path)
+    if match is None:
+        return ""
+    return "inference" if match.group(2) else "model-repository"
+
+
 class SageMakerRoutes:
     def __init__(self, engine: EngineAPI, http: HttpRoutes, settings: SageMakerSettings) -> None:
         self.engine = engine
@@ -43,6 +55,9 @@ class SageMakerRoutes:
         self.settings = settings
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
+        restrictions = self.http.restrictions
+        if restrictions and (refused := restricted(restrictions, _category(request), request)):
+            return refused
         try:
             return await self._route(request)
         except ModelhostError as e:
