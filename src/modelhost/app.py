@@ -26,6 +26,7 @@ from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.metrics import configure_metrics, start_metrics_server, start_polled_metrics
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
 from modelhost.frontends.sagemaker.settings import SageMakerSettings, SageMakerSettingsError
+from modelhost.frontends.tls import TlsError, TlsPorts, grpc_tls, http_tls
 from modelhost.host.devices import gpu_count
 from modelhost.host.gpu_memory import GpuMemory
 from modelhost.host.gpu_memory import startup_notes as gpu_memory_notes
@@ -103,7 +104,9 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     try:
         repos = [open_repository(url) for url in options.model_repositories]
         sagemaker = SageMakerSettings.from_environ() if options.allow_sagemaker else None
-    except (RepositoryError, SageMakerSettingsError) as e:
+        # Made (and so checked) before any model loads; with frontend processes each makes its own too.
+        tls = TlsPorts(http_tls(options), grpc_tls(options))
+    except (RepositoryError, SageMakerSettingsError, TlsError) as e:
         log.error("%s", e)
         return 1
     gpus = gpu_count()
@@ -197,13 +200,13 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         elif options.allow_http:
             routes = HttpRoutes(server, options.http_max_input_size, options.http_restricted_api)
             http_server, connections = await start_http_server(
-                routes, options.http_address, options.http_port, http_limits(options)
+                routes, options.http_address, options.http_port, http_limits(options), ssl=tls.http
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
         if options.allow_grpc and frontends is None:
             grpc_server = GrpcServer(server, grpc_limits(options), options.grpc_restricted_protocol)
-            grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port)
+            grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port, ssl=tls.grpc)
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
         if sagemaker is not None and frontends is None:
             sagemaker_routes = SageMakerRoutes(
@@ -216,7 +219,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 options.http_address,
                 options.sagemaker_port,
                 http_limits(options),
-                connections=connections,  # closed at shutdown with the HTTP endpoint's
+                connections=connections,
+                ssl=tls.http,  # closed at shutdown with the HTTP endpoint's
             )
             log.info("Started Sagemaker HTTPService at %s", _listen_addresses(sagemaker_server))
         if options.allow_metrics:
@@ -242,6 +246,15 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    if tls:
+
+        def reload_certificates() -> None:
+            tls.reload()
+            if frontends is not None and frontends.supervisor is not None:
+                frontends.supervisor.signal_all(signal.SIGHUP)
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, reload_certificates)
     poller: asyncio.Task[None] | None = None
     if mode == "poll" and options.repository_poll_secs > 0:
         poller = asyncio.create_task(registry.poll_forever(options.repository_poll_secs))

@@ -108,6 +108,17 @@ class ServerOptions:
     grpc_request_timeout_secs: float = 30.0
     # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value) (frontends/restrictions.py).
     http_restricted_api: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # TLS (frontends/tls.py): tritonserver's gRPC flags, and ours of the same shape for the HTTP and SageMaker ports.
+    http_use_ssl: bool = False
+    http_use_ssl_mutual: bool = False
+    http_server_cert: str = ""
+    http_server_key: str = ""
+    http_root_cert: str = ""
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
     grpc_restricted_protocol: dict[str, tuple[str, str]] = field(default_factory=dict)
     log_verbose: int = 0
     log_info: bool = True
@@ -208,6 +219,32 @@ def _problems(options: ServerOptions) -> list[str]:
         problems.append(
             f"--grpc-max-decompressed-size must be greater than 0, got {options.grpc_max_decompressed_size}"
         )
+    for flag_port, use, mutual, cert, key, root in (
+        (
+            "http",
+            options.http_use_ssl,
+            options.http_use_ssl_mutual,
+            options.http_server_cert,
+            options.http_server_key,
+            options.http_root_cert,
+        ),
+        (
+            "grpc",
+            options.grpc_use_ssl,
+            options.grpc_use_ssl_mutual,
+            options.grpc_server_cert,
+            options.grpc_server_key,
+            options.grpc_root_cert,
+        ),
+    ):
+        if (use or mutual) and not (cert and key):
+            which = f"--{flag_port}-use-ssl-mutual" if mutual else f"--{flag_port}-use-ssl"
+            problems.append(f"{which} needs --{flag_port}-server-cert and --{flag_port}-server-key")
+        if mutual and not root:
+            problems.append(
+                f"--{flag_port}-use-ssl-mutual needs --{flag_port}-root-cert (the CA that signs the clients' "
+                "certificates)"
+            )
     if options.log_verbose < 0:
         problems.append(f"--log-verbose must be 0 or more, got {options.log_verbose}")
     if options.log_format not in LOG_FORMATS:

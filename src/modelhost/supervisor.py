@@ -21,6 +21,7 @@ import msgspec
 
 from modelhost.engine.engine import Engine
 from modelhost.frontends.process import FrontendConfig
+from modelhost.frontends.tls import grpc_tls, http_tls
 from modelhost.options import ServerOptions
 from modelhost.transport.messages import Hello
 from modelhost.transport.server import EngineService
@@ -81,6 +82,8 @@ class FrontendSupervisor:
             grpc_max_decompressed_size=options.grpc_max_decompressed_size,
             grpc_idle_timeout_secs=options.grpc_idle_timeout_secs,
             grpc_request_timeout_secs=options.grpc_request_timeout_secs,
+            http_tls=http_tls(options),
+            grpc_tls=grpc_tls(options),
             grpc_address=options.grpc_address,
             grpc_port=grpc_port,
             sagemaker_port=sagemaker_port,
@@ -171,6 +174,13 @@ class FrontendSupervisor:
             self._failed_starts = 0
             log.info("frontend process %d restarted in %.2f s", index, time.monotonic() - started)
             return
+
+    def signal_all(self, sig: int) -> None:
+        """Send `sig` to every running frontend (SIGHUP: reload the TLS certificates)."""
+        for process in self.processes.values():
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(sig)
 
     async def stop(self, timeout: float) -> bool:
         """SIGTERM every frontend (each stops accepting and finishes its requests) and wait for them; those still

@@ -82,6 +82,16 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "grpc_request_timeout_secs": 30.0,
         "http_restricted_api": {},
         "grpc_restricted_protocol": {},
+        "http_use_ssl": False,
+        "http_use_ssl_mutual": False,
+        "http_server_cert": "",
+        "http_server_key": "",
+        "http_root_cert": "",
+        "grpc_use_ssl": False,
+        "grpc_use_ssl_mutual": False,
+        "grpc_server_cert": "",
+        "grpc_server_key": "",
+        "grpc_root_cert": "",
         "log_verbose": 0,
         "log_info": True,
         "log_warning": True,
@@ -154,6 +164,16 @@ HONOURED_SAMPLES = {
     "grpc-request-timeout-secs": "3",
     "http-restricted-api": "health:k=v",
     "grpc-restricted-protocol": "health:k=v",
+    "http-use-ssl": "true",
+    "http-use-ssl-mutual": "true",
+    "grpc-use-ssl": "true",
+    "grpc-use-ssl-mutual": "true",
+    "http-server-cert": "/certs/server.crt",
+    "http-server-key": "/certs/server.key",
+    "http-root-cert": "/certs/ca.crt",
+    "grpc-server-cert": "/certs/server.crt",
+    "grpc-server-key": "/certs/server.key",
+    "grpc-root-cert": "/certs/ca.crt",
     "allow-grpc": "false",
     "grpc-address": "127.0.0.1",
     "grpc-port": "9001",
@@ -198,6 +218,11 @@ PREREQUISITES = {
     "model-load-on-demand": ["--model-control-mode=explicit"],
     "model-idle-unload-secs": ["--model-control-mode=explicit"],
     "sagemaker-safe-port-range": ["--allow-sagemaker=true"],
+    **{
+        f"{port}-use-ssl{mutual}": [f"--{port}-server-cert=c", f"--{port}-server-key=k", f"--{port}-root-cert=r"]
+        for port in ("http", "grpc")
+        for mutual in ("", "-mutual")
+    },
 }
 
 
@@ -402,6 +427,11 @@ def test_services_on_the_same_address_and_port_are_refused() -> None:
         (["--http-max-input-size=0"], "--http-max-input-size must be greater than 0, got 0"),
         (["--http-max-header-size=100"], "--http-max-header-size must be 1024 or more, got 100"),
         (["--http-idle-timeout-secs=0"], "--http-idle-timeout-secs must be greater than 0, got 0"),
+        (["--grpc-use-ssl=true"], "--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key"),
+        (
+            ["--http-use-ssl-mutual=true", "--http-server-cert=c", "--http-server-key=k"],
+            "--http-use-ssl-mutual needs --http-root-cert",
+        ),
         (["--http-request-timeout-secs=-1"], "--http-request-timeout-secs must be greater than 0, got -1"),
         (["--grpc-max-decompressed-size=0"], "--grpc-max-decompressed-size must be greater than 0, got 0"),
         (["--log-format=iso8601"], "--log-format must be 'default' or 'ISO8601', got 'iso8601'"),
@@ -675,6 +705,11 @@ MODELHOST_FLAGS = [
     "grpc-max-decompressed-size",
     "grpc-idle-timeout-secs",
     "grpc-request-timeout-secs",
+    "http-use-ssl",
+    "http-use-ssl-mutual",
+    "http-server-cert",
+    "http-server-key",
+    "http-root-cert",
 ]
 
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -70,10 +71,13 @@ class RunningServer:
             return self.process.wait()
 
 
-def _http_ok(port: int, path: str, headers: dict[str, str] | None = None) -> bool:
+def _http_ok(
+    port: int, path: str, headers: dict[str, str] | None = None, tls: ssl.SSLContext | None = None
+) -> bool:
     try:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
-        with urllib.request.urlopen(request, timeout=1) as r:
+        scheme = "https" if tls is not None else "http"
+        request = urllib.request.Request(f"{scheme}://127.0.0.1:{port}{path}", headers=headers or {})
+        with urllib.request.urlopen(request, timeout=1, context=tls) as r:
             return bool(r.status == 200)
     except Exception:
         return False
@@ -87,9 +91,11 @@ def start_server(
     timeout: float = 60,
     env: dict[str, str] | None = None,
     health_headers: dict[str, str] | None = None,
+    health_tls: ssl.SSLContext | None = None,
 ) -> RunningServer:
     """`env`, when given, is the server's whole environment (PYTHONUNBUFFERED added); else this process's.
-    `health_headers`: sent with the readiness checks (a server whose health API is restricted)."""
+    `health_headers`: sent with the readiness checks (a server whose health API is restricted); `health_tls`: the
+    client context they use (a server that serves HTTPS)."""
     http_port, grpc_port, metrics_port = free_ports(3)
     command = [sys.executable, "-m", "modelhost", "serve"]
     command += [f"--model-repository={r}" for r in repositories]
@@ -106,7 +112,7 @@ def start_server(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
-        if _http_ok(http_port, path, health_headers):
+        if _http_ok(http_port, path, health_headers, health_tls):
             return server
         time.sleep(0.1)
     server.stop(signal.SIGKILL)
@@ -121,9 +127,16 @@ def running_server(
     wait_ready: bool = True,
     env: dict[str, str] | None = None,
     health_headers: dict[str, str] | None = None,
+    health_tls: ssl.SSLContext | None = None,
 ) -> Iterator[RunningServer]:
     server = start_server(
-        repositories, log_path, *args, wait_ready=wait_ready, env=env, health_headers=health_headers
+        repositories,
+        log_path,
+        *args,
+        wait_ready=wait_ready,
+        env=env,
+        health_headers=health_headers,
+        health_tls=health_tls,
     )
     try:
         yield server

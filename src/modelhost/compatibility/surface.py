@@ -624,7 +624,14 @@ FEATURES: tuple[Item, ...] = (
         "cli.md",
         flag="model-namespacing",
     ),
-    Item("gRPC over TLS", State.NOT_YET, "cleartext HTTP/2 only", "grpc.md", flag="grpc-use-ssl"),
+    Item(
+        "gRPC over TLS, mutual TLS (`--grpc-use-ssl`, `--grpc-use-ssl-mutual`)",
+        State.SUPPORTED,
+        "beyond Triton: certificates reloaded on SIGHUP; HTTPS on the HTTP and SageMaker ports too",
+        "security.md",
+        flag="grpc-use-ssl",
+        test="tests/e2e/test_tls.py::test_grpc_over_mutual_tls",
+    ),
     Item(
         "gRPC keepalive and connection-age settings",
         State.NOT_YET,

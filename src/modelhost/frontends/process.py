@@ -24,6 +24,7 @@ from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_h
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
 from modelhost.frontends.sagemaker.settings import SageMakerSettings
+from modelhost.frontends.tls import TlsError, TlsFiles, TlsPorts
 from modelhost.observability.log_settings import LogSettings
 from modelhost.observability.logs import configure_logging
 from modelhost.options import ServerOptions
@@ -56,6 +57,9 @@ class FrontendConfig(msgspec.Struct):
     grpc_max_decompressed_size: int
     grpc_idle_timeout_secs: float
     grpc_request_timeout_secs: float
+    # TLS of the HTTP (and SageMaker) and gRPC ports; None: cleartext.
+    http_tls: TlsFiles | None
+    grpc_tls: TlsFiles | None
     # The SageMaker port to serve too (0: off); its settings come from the environment, as the engine read them.
     sagemaker_port: int
     buffer_limit: int
@@ -109,6 +113,13 @@ async def serve(config: FrontendConfig) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    try:
+        tls = TlsPorts(config.http_tls, config.grpc_tls)
+    except TlsError as e:
+        log.error("frontend %d: %s", config.index, e)
+        return 1
+    if tls:
+        loop.add_signal_handler(signal.SIGHUP, tls.reload)  # the engine passes its SIGHUP on
     # The logging extension's changes, made through any frontend, reach every process: the engine tells each.
     log_settings = LogSettings(config.options())
     engine = await connect(
@@ -126,11 +137,16 @@ async def serve(config: FrontendConfig) -> int:
     try:
         if config.http_port:
             http_server, connections = await start_http_server(
-                routes, config.http_address, config.http_port, http_limits(config.options()), reuse_port=True
+                routes,
+                config.http_address,
+                config.http_port,
+                http_limits(config.options()),
+                reuse_port=True,
+                ssl=tls.http,
             )
         if config.grpc_port:
             grpc_server = GrpcServer(engine, grpc_limits(config.options()), config.grpc_restricted_protocol)
-            await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True)
+            await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True, ssl=tls.grpc)
         if config.sagemaker_port:
             sagemaker = SageMakerRoutes(
                 engine,
@@ -144,6 +160,7 @@ async def serve(config: FrontendConfig) -> int:
                 http_limits(config.options()),
                 reuse_port=True,
                 connections=connections,
+                ssl=tls.http,
             )
     except OSError as e:
         log.error("frontend %d: failed to start serving: %s", config.index, e)

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+from ssl import SSLContext
 from typing import Any
 
 import grpc
@@ -145,8 +146,10 @@ class GrpcServer:
         self.connections: set[GrpcConnection] = set()
         self.listener: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
-        """Listen; the port bound (the one picked when `port` is 0)."""
+    async def start(
+        self, host: str, port: int, *, reuse_port: bool = False, ssl: SSLContext | None = None
+    ) -> int:
+        """Listen; the port bound (the one picked when `port` is 0). `ssl`: serve over TLS with this context."""
 
         def factory() -> GrpcConnection:
             return GrpcConnection(self.methods, self.limits, self.connections)
@@ -154,7 +157,13 @@ class GrpcServer:
         loop = asyncio.get_running_loop()
         try:
             self.listener = await loop.create_server(
-                factory, host=host, port=port, reuse_address=True, reuse_port=reuse_port or None, backlog=2048
+                factory,
+                host=host,
+                port=port,
+                reuse_address=True,
+                reuse_port=reuse_port or None,
+                backlog=2048,
+                ssl=ssl,
             )
         except OSError as e:
             raise OSError(f"failed to bind the gRPC server to {host}:{port}: {e.strerror or e}") from e

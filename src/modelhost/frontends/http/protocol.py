@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import logging
 import time
+from ssl import SSLContext
 from typing import cast
 
 import httptools
@@ -402,9 +403,11 @@ async def start_http_server(
     *,
     reuse_port: bool = False,
     connections: set[HttpProtocol] | None = None,
+    ssl: SSLContext | None = None,
 ) -> tuple[asyncio.Server, set[HttpProtocol]]:
     """`reuse_port`: SO_REUSEPORT, for frontend processes that all listen on one port (the kernel spreads the
-    connections over them). `connections`: the set open connections are kept in (one for several servers)."""
+    connections over them). `connections`: the set open connections are kept in (one for several servers).
+    `ssl`: serve HTTPS with this context."""
     loop = asyncio.get_running_loop()
     connections = set() if connections is None else connections
 
@@ -412,6 +415,12 @@ async def start_http_server(
         return HttpProtocol(handler, limits, connections)
 
     server = await loop.create_server(
-        factory, host=host, port=port, reuse_address=True, reuse_port=reuse_port or None, backlog=2048
+        factory,
+        host=host,
+        port=port,
+        reuse_address=True,
+        reuse_port=reuse_port or None,
+        backlog=2048,
+        ssl=ssl,
     )
     return server, connections
