@@ -15,11 +15,13 @@ from modelhost import TRITON_COMPAT_VERSION
 from modelhost.backends.api import BackendServices
 from modelhost.backends.registry import set_backend_directory
 from modelhost.engine.engine import EXTENSIONS, Engine
+from modelhost.engine.redis_cache import RedisCache
 from modelhost.engine.registry.entries import ControlMode, LoadSettings
 from modelhost.engine.registry.registry import ModelRegistry
-from modelhost.engine.response_cache import ResponseCache, parse_cache_config
+from modelhost.engine.response_cache import RedisSettings, ResponseCache, parse_cache_config
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
 from modelhost.engine.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
+from modelhost.errors import Unsupported
 from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
@@ -112,7 +114,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     gpus = gpu_count()
     for level, message in gpu_memory_notes(options, gpus):
         log.log(level, "%s", message)
-    cache_settings = parse_cache_config(options.cache_config)  # checked by ServerOptions
+    cache_settings = parse_cache_config(options.cache_config, dict(os.environ))  # checked by ServerOptions
     set_backend_directory(options.backend_directory)
     settings = LoadSettings(
         config_name=options.model_config_name,
@@ -135,7 +137,15 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         allowed=options.allow_client_shm, reserved_prefixes=_reserved_shm_prefixes(options)
     )
     server.tracer, server.tracer_otel = _tracer(options)
-    if cache_settings is not None:
+    if isinstance(cache_settings, RedisSettings):
+        try:
+            redis_cache = RedisCache(cache_settings)
+        except Unsupported as e:
+            log.error("%s", e)
+            return 1
+        await redis_cache.check()
+        server.response_cache = redis_cache
+    elif cache_settings is not None:
         server.response_cache = ResponseCache(cache_settings)
         log.info("response cache: local, %d bytes", cache_settings.size)
     # Before the first load: python models call other models (BLS) and export their own metrics.
@@ -226,7 +236,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         if options.allow_metrics:
             polled, metrics_pollers = start_polled_metrics(options)
             if server.response_cache is not None:
-                polled.append(server.response_cache)  # nv_cache_* of the local cache
+                polled.append(server.response_cache)  # nv_cache_* of the response cache
             metrics_server = await start_metrics_server(
                 registry.ready_models,
                 options.metrics_address,
@@ -343,6 +353,8 @@ async def _stop(
         await grpc_server.stop(grace=1.0 if drained else 0)
     if metrics_server is not None:
         metrics_server.close()
+    if isinstance(server.response_cache, RedisCache):
+        await server.response_cache.close()
     await asyncio.to_thread(
         server.tracer.close
     )  # the trace file is written now (log-frequency 0), or flushed

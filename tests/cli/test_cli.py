@@ -219,7 +219,11 @@ PREREQUISITES = {
     "model-idle-unload-secs": ["--model-control-mode=explicit"],
     "sagemaker-safe-port-range": ["--allow-sagemaker=true"],
     **{
-        f"{port}-use-ssl{mutual}": [f"--{port}-server-cert=c", f"--{port}-server-key=k", f"--{port}-root-cert=r"]
+        f"{port}-use-ssl{mutual}": [
+            f"--{port}-server-cert=c",
+            f"--{port}-server-key=k",
+            f"--{port}-root-cert=r",
+        ]
         for port in ("http", "grpc")
         for mutual in ("", "-mutual")
     },

@@ -118,7 +118,7 @@ def test_cache_summaries_with_summary_latencies(tmp_path: Path) -> None:
     assert "nv_inference_request_summary" not in text
 
 
-def test_a_redis_cache_is_refused_clearly(tmp_path: Path) -> None:
+def test_a_redis_cache_without_its_address_is_refused_in_tritons_words(tmp_path: Path) -> None:
     import subprocess
     import sys
 
@@ -128,4 +128,4 @@ def test_a_redis_cache_is_refused_clearly(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "the redis response cache is not supported yet" in done.stderr
+    assert "Failed to initialize RedisCache, didn't specify address" in done.stderr

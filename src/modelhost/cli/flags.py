@@ -346,7 +346,8 @@ FLAGS: tuple[Flag, ...] = (
               "DEPRECATED: use --trace-config triton,log-frequency=<n>."),
     # Response cache
     _honoured("cache-config", "str", "", CACHE,
-              "A response cache setting: local,size=<bytes> (the redis cache is not supported yet); repeatable.",
+              "A response cache setting: local,size=<bytes>, or redis,<setting>=<value> (host, port, user, "
+              "password, db, timeouts, pool_size, TLS files; docs/response-cache.md); repeatable.",
               repeatable=True, metavar="<cache>,<setting>=<value>"),
     _ignored("cache-directory", "str", "/opt/tritonserver/caches", CACHE,
              "Directory of cache shared libraries.", "modelhost loads no cache shared libraries"),

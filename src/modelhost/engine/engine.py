@@ -13,6 +13,7 @@ from typing import Any
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config.normalize import is_ensemble
 from modelhost.engine.model import LoadedModel
+from modelhost.engine.redis_cache import RedisCache
 from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.response_cache import ResponseCache, cache_key
 from modelhost.engine.shared_memory import SharedMemoryRegistry
@@ -78,7 +79,7 @@ class Engine:
         self.tracer = Tracer(TraceSettings(), None)
         self.tracer_otel: OpenTelemetrySettings | None = None
         # --cache-config: the response cache models with `response_cache { enable: true }` use.
-        self.response_cache: ResponseCache | None = None
+        self.response_cache: ResponseCache | RedisCache | None = None
         # Models loaded under another name (SageMaker's multi-model API): alias -> its target model, url and the
         # model names it registered (the target and an ensemble's companions).
         self.aliases: dict[str, dict[str, Any]] = {}
@@ -314,7 +315,7 @@ class Engine:
                 key = await asyncio.to_thread(cache_key, model.name, model.version_str, request)
             else:
                 key = cache_key(model.name, model.version_str, request)
-            hit = cache.lookup(key, request, model.version_str)
+            hit = await cache.lookup(key, request, model.version_str)
             lookup_ns = time.perf_counter_ns() - started
             if hit is not None:
                 stats.served_from_cache(time.perf_counter_ns() - started, lookup_ns)

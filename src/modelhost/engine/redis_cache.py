@@ -1,0 +1,215 @@
+"""The response cache in a redis server (`--cache-config redis,host=<h> --cache-config redis,port=<p>`, Triton's
+options): several servers share one cache, so a response computed by one is served by all.
+
+- Same keys as the local cache (response_cache.cache_key), under `modelhost:response:`; the value is the
+  response's outputs (name, datatype, shape, bytes) as msgpack. No expiry: redis's own `maxmemory` and eviction
+  policy bound the cache (`maxmemory-policy allkeys-lru` makes it an LRU cache like the local one).
+- A redis that is down or slow never fails a request and never holds it past the cache's timeout: a lookup that
+  does not answer within `socket_timeout` (1 s when that is 0, Triton's "forever") is a miss; after a failure the
+  cache is skipped for a second, so that an outage costs each request nothing; the outage and the recovery are
+  logged once each.
+- Inserts do not hold the response back: they are sent in the background, at most `pool_size x 4` at once (more
+  are dropped, and counted), so memory stays bounded whatever redis does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import msgspec
+
+from modelhost.engine.response_cache import RedisSettings
+from modelhost.errors import Unsupported
+from modelhost.observability.stats import CACHE_FAMILIES
+from modelhost.tensor_codec import array_from_raw, raw_bytes
+from modelhost.types import InferenceRequest, InferenceResponse, Tensor
+
+log = logging.getLogger("modelhost.cache")
+
+KEY_PREFIX = b"modelhost:response:"
+_DEFAULT_TIMEOUT_S = 1.0
+_BACKOFF_S = 1.0  # after a failure, the cache is skipped this long
+_PENDING_PER_CONNECTION = 4
+
+# The families this cache reports (those of the local cache that a shared cache can count: the entries, the
+# utilisation and the evictions are redis's, in its own INFO).
+_REPORTED = {
+    "nv_cache_num_lookups",
+    "nv_cache_num_hits",
+    "nv_cache_num_misses",
+    "nv_cache_lookup_duration",
+    "nv_cache_insertion_duration",
+}
+
+
+def _client(settings: RedisSettings) -> Any:
+    try:
+        import redis.asyncio as aioredis
+    except ModuleNotFoundError as e:
+        raise Unsupported(
+            "the redis response cache needs the Python package 'redis', which is not installed; install it with: "
+            "pip install 'modelhost[redis]'"
+        ) from e
+    if settings.sni and settings.sni != settings.host:
+        raise Unsupported(
+            f"the redis cache's sni '{settings.sni}' must be its host '{settings.host}': the client sends the host "
+            "as the TLS server name"
+        )
+    tls: dict[str, Any] = {}
+    if settings.tls:
+        tls = {
+            "connection_class": aioredis.SSLConnection,
+            "ssl_certfile": settings.cert or None,
+            "ssl_keyfile": settings.key or None,
+            "ssl_ca_certs": settings.cacert or None,
+            "ssl_ca_path": settings.cacert_dir or None,
+            "ssl_check_hostname": bool(settings.sni),
+        }
+    pool = aioredis.BlockingConnectionPool(
+        host=settings.host,
+        port=settings.port,
+        username=settings.user or None,
+        password=settings.password or None,
+        db=settings.db,
+        socket_connect_timeout=settings.connect_timeout / 1000 or None,
+        socket_timeout=settings.socket_timeout / 1000 or None,
+        max_connections=max(1, settings.pool_size),
+        timeout=settings.wait_timeout / 1000,
+        **tls,
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
+def encode_outputs(outputs: list[Tensor]) -> bytes:
+    return msgspec.msgpack.encode(
+        [[t.name, t.datatype, list(t.shape), raw_bytes(t.datatype, t.data)] for t in outputs]
+    )
+
+
+def decode_outputs(value: bytes) -> list[Tensor]:
+    outputs = []
+    for name, datatype, shape, data in msgspec.msgpack.decode(value):
+        array = array_from_raw(name, datatype, shape, memoryview(data))
+        array.flags.writeable = False
+        outputs.append(Tensor(name, datatype, shape, array))
+    return outputs
+
+
+class RedisCache:
+    def __init__(self, settings: RedisSettings) -> None:
+        self.settings = settings
+        self.address = f"{settings.host}:{settings.port}"
+        self.client = _client(settings)
+        timeouts = [t for t in (settings.socket_timeout, settings.connect_timeout) if t > 0]
+        self.timeout_s = max(timeouts) / 1000 if timeouts else _DEFAULT_TIMEOUT_S
+        self.max_pending = max(1, settings.pool_size) * _PENDING_PER_CONNECTION
+        self._pending: set[asyncio.Task[None]] = set()
+        self._skip_until = 0.0
+        self.down = False
+        # Counters, as the local cache's (nv_cache_*), plus what the local cache cannot have.
+        self.lookups = 0
+        self.hits = 0
+        self.misses = 0
+        self.lookup_ns = 0
+        self.insertion_ns = 0
+        self.failures = 0
+        self.dropped_inserts = 0
+
+    async def check(self) -> None:
+        """At start: say whether redis answers (a server that cannot reach it serves uncached meanwhile)."""
+        try:
+            await asyncio.wait_for(self.client.ping(), self.timeout_s)
+        except Exception as e:  # any failure of the client: the cache is only an optimisation
+            self._failed(e)
+        else:
+            log.info("response cache: redis at %s", self.address)
+
+    async def lookup(self, key: bytes, request: InferenceRequest, version: str) -> InferenceResponse | None:
+        started = time.perf_counter_ns()
+        self.lookups += 1
+        value = None
+        if time.monotonic() >= self._skip_until:
+            try:
+                value = await asyncio.wait_for(self.client.get(KEY_PREFIX + key), self.timeout_s)
+            except Exception as e:
+                self._failed(e)
+            else:
+                self._answered()
+        outputs = None
+        if value is not None:
+            try:
+                outputs = decode_outputs(value)
+            except Exception as e:  # not ours, or written by another version: a miss
+                log.warning("response cache: an entry in redis could not be read (%s); treated as a miss", e)
+        self.lookup_ns += time.perf_counter_ns() - started
+        if outputs is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return InferenceResponse(request.model_name, version, request.id, outputs)
+
+    def insert(self, key: bytes, response: InferenceResponse) -> None:
+        if time.monotonic() < self._skip_until:
+            return
+        if len(self._pending) >= self.max_pending:
+            self.dropped_inserts += 1
+            return
+        started = time.perf_counter_ns()
+        value = encode_outputs(response.outputs)
+        self.insertion_ns += time.perf_counter_ns() - started
+        task = asyncio.get_running_loop().create_task(self._set(KEY_PREFIX + key, value))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _set(self, key: bytes, value: bytes) -> None:
+        started = time.perf_counter_ns()
+        try:
+            await asyncio.wait_for(self.client.set(key, value), self.timeout_s)
+        except Exception as e:
+            self._failed(e)
+        else:
+            self._answered()
+        self.insertion_ns += time.perf_counter_ns() - started
+
+    def _failed(self, e: BaseException) -> None:
+        self.failures += 1
+        self._skip_until = time.monotonic() + _BACKOFF_S
+        if not self.down:
+            self.down = True
+            reason = "no answer in time" if isinstance(e, TimeoutError) else str(e) or type(e).__name__
+            log.warning(
+                "response cache: redis at %s failed (%s); requests are served without the cache until it answers",
+                self.address,
+                reason,
+            )
+
+    def _answered(self) -> None:
+        if self.down:
+            self.down = False
+            log.info("response cache: redis at %s answers again", self.address)
+
+    async def close(self) -> None:
+        for task in list(self._pending):
+            task.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        await self.client.aclose()
+
+    def render(self) -> list[str]:
+        values = {
+            "nv_cache_num_lookups": self.lookups,
+            "nv_cache_num_hits": self.hits,
+            "nv_cache_num_misses": self.misses,
+            "nv_cache_lookup_duration": self.lookup_ns // 1000,
+            "nv_cache_insertion_duration": self.insertion_ns // 1000,
+        }
+        lines: list[str] = []
+        for name, help_text in CACHE_FAMILIES:
+            if name in _REPORTED:
+                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {values[name]}"]
+        return lines
+
+
+__all__ = ["KEY_PREFIX", "RedisCache", "decode_outputs", "encode_outputs"]
