@@ -236,8 +236,9 @@ def test_a_server_that_failed_to_initialize_serves_not_live_with_exit_on_error_f
     ]  # fmt: skip
     with open(tmp_path / "server.log", "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+    grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
     try:
-        http = httpclient.InferenceServerClient(f"localhost:{http_port}")
 
         def answers() -> bool:
             try:
@@ -247,11 +248,12 @@ def test_a_server_that_failed_to_initialize_serves_not_live_with_exit_on_error_f
 
         poll(answers, 60, "the server answers its metadata")
         assert not http.is_server_live() and not http.is_server_ready()
-        grpc_client = grpcclient.InferenceServerClient(f"localhost:{grpc_port}")
         assert not grpc_client.is_server_live() and not grpc_client.is_server_ready()
         assert grpc_client.get_server_metadata().name == "triton"
         assert process.poll() is None
     finally:
+        http.close()  # its sockets, those of the attempts before the server listened included
+        grpc_client.close()
         process.send_signal(signal.SIGTERM)
         process.wait(30)
     assert "failed to initialize the server; serving, not live" in (tmp_path / "server.log").read_text()
