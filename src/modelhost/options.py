@@ -106,6 +106,8 @@ class ServerOptions:
     grpc_max_decompressed_size: int = DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE
     grpc_idle_timeout_secs: float = 300.0
     grpc_request_timeout_secs: float = 30.0
+    http_max_connections: int = 10_000
+    grpc_max_connections: int = 10_000
     # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value) (frontends/restrictions.py).
     http_restricted_api: dict[str, tuple[str, str]] = field(default_factory=dict)
     # TLS (frontends/tls.py): tritonserver's gRPC flags, and ours of the same shape for the HTTP and SageMaker ports.
@@ -215,6 +217,12 @@ def _problems(options: ServerOptions) -> list[str]:
     ):
         if not value > 0:
             problems.append(f"--{flag} must be greater than 0, got {value:g}")
+    for flag, count in (
+        ("http-max-connections", options.http_max_connections),
+        ("grpc-max-connections", options.grpc_max_connections),
+    ):
+        if count < 1:
+            problems.append(f"--{flag} must be 1 or more, got {count}")
     if options.grpc_max_decompressed_size <= 0:
         problems.append(
             f"--grpc-max-decompressed-size must be greater than 0, got {options.grpc_max_decompressed_size}"

@@ -77,6 +77,8 @@ class FrontendSupervisor:
             http_max_header_size=options.http_max_header_size,
             http_idle_timeout_secs=options.http_idle_timeout_secs,
             http_request_timeout_secs=options.http_request_timeout_secs,
+            http_max_connections=options.http_max_connections,
+            grpc_max_connections=options.grpc_max_connections,
             http_restricted_api=options.http_restricted_api,
             grpc_restricted_protocol=options.grpc_restricted_protocol,
             grpc_max_decompressed_size=options.grpc_max_decompressed_size,

@@ -1155,3 +1155,47 @@ def test_slow_and_idle_connections_are_closed_while_others_are_served(
     )
     assert idle.startswith(b"HTTP/1.1 200 ") and idle.count(b"HTTP/1.1 ") == 1
     good_request_works(server)
+
+
+@pytest.fixture(scope="module")
+def crowded_server(
+    main_repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
+    log = tmp_path_factory.mktemp("crowded") / "server.log"
+    with running_server([main_repository], log, "--http-max-connections=2") as running:
+        yield running
+    assert "Traceback" not in log.read_text()
+
+
+def test_connections_past_the_limit_are_refused_and_the_others_served(
+    crowded_server: RunningServer, frontend_processes: int
+) -> None:
+    server = crowded_server
+    # Each serving process takes 2: one more than all of them together must be refused.
+    held = [
+        socket.create_connection(("127.0.0.1", server.http_port), timeout=30)
+        for _ in range(2 * max(1, frontend_processes))
+    ]
+    refused = 0
+    try:
+        for sock in held:  # those accepted answer on the connection they hold
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers = [sock.recv(4096) for sock in held]
+        extra = socket.create_connection(("127.0.0.1", server.http_port), timeout=30)
+        with extra:
+            answer = read_until_closed(extra)
+        refused += answer.startswith(b"HTTP/1.1 503 ")
+        refused += sum(a.startswith(b"HTTP/1.1 503 ") for a in answers)  # the kernel may spread them unevenly
+        assert refused >= 1
+        assert b"--http-max-connections" in answer or any(b"--http-max-connections" in a for a in answers)
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 30
+    while (
+        good := requests.post(f"http://{server.http_url}{infer_path()}", json=two(), timeout=30)
+    ).status_code == 503:
+        assert time.monotonic() < deadline  # until the server has seen the held connections close
+        time.sleep(0.1)
+    assert good.status_code == 200
+    assert "new connection(s): 2 HTTP connections are open" in server.log()

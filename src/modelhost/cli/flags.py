@@ -194,6 +194,9 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("http-max-header-size", "int", str(1 << 16), HTTP,
               "modelhost only: largest HTTP request line and headers together, in bytes; past it, 414 (a long "
               "URL) or 431.", field="http_max_header_size"),
+    _honoured("http-max-connections", "int", "10000", HTTP,
+              "modelhost only: open HTTP connections each serving process accepts; one more is answered 503 "
+              "and closed.", field="http_max_connections"),
     _honoured("http-idle-timeout-secs", "float", "75", HTTP,
               "modelhost only: seconds a keep-alive HTTP connection may wait for its next request before it "
               "is closed.", field="http_idle_timeout_secs"),
@@ -235,6 +238,9 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("grpc-max-decompressed-size", "int", str(1 << 26), GRPC,
               "modelhost only: largest size in bytes a compressed gRPC message may inflate to; past it, "
               "RESOURCE_EXHAUSTED.", field="grpc_max_decompressed_size"),
+    _honoured("grpc-max-connections", "int", "10000", GRPC,
+              "modelhost only: open gRPC connections each serving process accepts; one more is closed at once.",
+              field="grpc_max_connections"),
     _honoured("grpc-idle-timeout-secs", "float", "300", GRPC,
               "modelhost only: seconds a gRPC connection may go without a call before it is sent GOAWAY and "
               "closed (clients reconnect at their next call).", field="grpc_idle_timeout_secs"),

@@ -48,6 +48,8 @@ class FrontendConfig(msgspec.Struct):
     http_max_header_size: int
     http_idle_timeout_secs: float
     http_request_timeout_secs: float
+    http_max_connections: int
+    grpc_max_connections: int
     # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value).
     http_restricted_api: dict[str, tuple[str, str]]
     grpc_restricted_protocol: dict[str, tuple[str, str]]
@@ -78,6 +80,8 @@ class FrontendConfig(msgspec.Struct):
             http_max_header_size=self.http_max_header_size,
             http_idle_timeout_secs=self.http_idle_timeout_secs,
             http_request_timeout_secs=self.http_request_timeout_secs,
+            http_max_connections=self.http_max_connections,
+            grpc_max_connections=self.grpc_max_connections,
             grpc_max_decompressed_size=self.grpc_max_decompressed_size,
             grpc_idle_timeout_secs=self.grpc_idle_timeout_secs,
             grpc_request_timeout_secs=self.grpc_request_timeout_secs,

@@ -14,9 +14,9 @@ import h2.errors
 import pytest
 from hyperframe.frame import Frame, GoAwayFrame
 
-from frontends.grpc.peer import Peer, framed, unary
+from frontends.grpc.peer import MemoryTransport, Peer, framed, unary
 from modelhost.frontends.grpc.calls import MAX_STATUS_MESSAGE, AbortError
-from modelhost.frontends.grpc.connection import MAX_RESETS_PER_SECOND
+from modelhost.frontends.grpc.connection import MAX_RESETS_PER_SECOND, GrpcConnection, GrpcLimits
 from modelhost.frontends.grpc.methods import Method
 
 OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
@@ -540,3 +540,17 @@ def test_a_streaming_call_may_wait_for_its_client_and_keeps_its_connection_open(
         assert answer.status() == OK and answer.messages() == [b"A", b"B"]
 
     run_with(test, idle_timeout=0.05, request_timeout=0.05)
+
+
+def test_a_connection_past_the_limit_is_closed_at_once() -> None:
+    async def body() -> None:
+        handlers = Handlers()
+        peer = Peer(handlers.methods(), max_connections=1)
+        transport = MemoryTransport()
+        extra = GrpcConnection(handlers.methods(), GrpcLimits(max_connections=1), peer.server.connections)
+        transport.protocol = extra
+        extra.connection_made(transport)  # type: ignore[arg-type]
+        assert transport.closed and extra not in peer.server.connections
+        await still_serving(peer)  # the first one goes on
+
+    asyncio.run(body())

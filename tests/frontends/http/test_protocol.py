@@ -279,3 +279,17 @@ def test_no_timeout_runs_while_a_request_is_answered() -> None:
     )
     assert out.startswith(b"HTTP/1.1 200 OK") and out.endswith(b"done")
     assert not transport.closed
+
+
+def test_a_connection_past_the_limit_is_answered_503_and_closed() -> None:
+    async def main() -> tuple[bytes, FakeTransport, FakeTransport]:
+        connections: set[HttpProtocol] = set()
+        limits = HttpLimits(1 << 20, max_connections=1)
+        first, second = FakeTransport(), FakeTransport()
+        HttpProtocol(echo, limits, connections).connection_made(first)  # type: ignore[arg-type]
+        HttpProtocol(echo, limits, connections).connection_made(second)  # type: ignore[arg-type]
+        return bytes(second.written), first, second
+
+    out, first, second = asyncio.run(main())
+    assert out.startswith(b"HTTP/1.1 503 ") and b"--http-max-connections" in out
+    assert second.closed and not first.closed

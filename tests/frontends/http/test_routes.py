@@ -180,3 +180,18 @@ def test_generate_and_generate_stream(routes: HttpRoutes, engine: FakeEngine) ->
 
     (event,) = asyncio.run(events())  # the empty final response is no event
     assert event.startswith(b"data: ") and b"3.0" in event
+
+
+def test_unavailable_answers_say_when_to_try_again(routes: HttpRoutes, engine: FakeEngine) -> None:
+    from modelhost.errors import Rejected
+
+    async def full(request: Any, context: Any = None) -> Any:
+        raise Rejected("Exceeds maximum queue size")
+
+    engine.infer = full  # type: ignore[method-assign]
+    body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+    refused = call(routes, "POST", f"/v2/models/{MODEL}/infer", body)
+    assert refused.status == 503 and doc(refused)["error"] == "Exceeds maximum queue size"
+    assert ("Retry-After", "1") in refused.headers
+    ok = call(routes, "GET", "/v2/health/live")
+    assert ("Retry-After", "1") not in ok.headers

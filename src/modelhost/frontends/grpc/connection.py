@@ -43,6 +43,7 @@ from modelhost.frontends.grpc.calls import (
 )
 from modelhost.frontends.grpc.hpack_cache import CachingDecoder, CachingEncoder
 from modelhost.frontends.grpc.methods import Method
+from modelhost.frontends.http.protocol import RateLimitedLog
 
 log = logging.getLogger("modelhost.grpc")
 
@@ -71,7 +72,11 @@ class GrpcLimits:
     # Seconds a unary call's request may go without a byte before it is answered DEADLINE_EXCEEDED, and a new
     # connection may take to start its first call (--grpc-request-timeout-secs).
     request_timeout: float = 30.0
+    # Open connections of this process (--grpc-max-connections); one more is closed at once.
+    max_connections: int = 10_000
 
+
+_refusals = RateLimitedLog()
 
 _CONFIG = h2.config.H2Configuration(
     client_side=False,
@@ -177,6 +182,13 @@ class GrpcConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        if len(self.connections) >= self.limits.max_connections:
+            _refusals.note(
+                log, f"{self.limits.max_connections} gRPC connections are open (--grpc-max-connections)"
+            )
+            self.closed = True
+            self.transport.close()
+            return
         self.connections.add(self)
         self.h2.local_settings = h2.settings.Settings(
             client=False,

@@ -30,6 +30,7 @@ def grpc_limits(options: ServerOptions) -> GrpcLimits:
         max_decompressed_size=options.grpc_max_decompressed_size,
         idle_timeout=options.grpc_idle_timeout_secs,
         request_timeout=options.grpc_request_timeout_secs,
+        max_connections=options.grpc_max_connections,
     )
 
 

@@ -13,6 +13,7 @@ from urllib.parse import unquote
 
 from modelhost.engine_api import EngineAPI
 from modelhost.frontends.http.messages import Handler, HttpRequest, HttpResponse, error_response
+from modelhost.frontends.http.statuses import RETRY_AFTER
 
 log = logging.getLogger("modelhost.http")
 
@@ -48,4 +49,6 @@ class BufferLimit:
         m = _INFER.fullmatch(request.path) if request.method == "POST" else None
         if m is not None:
             self.engine.refused(unquote(m.group(1)), m.group(2) or "")
-        return error_response(503, message)
+        response = error_response(503, message)
+        response.headers.append(RETRY_AFTER)
+        return response

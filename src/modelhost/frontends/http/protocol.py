@@ -61,6 +61,8 @@ class HttpLimits:
     # (--http-request-timeout-secs): a client that trickles its request (slowloris) or stops halfway (a
     # Content-Length of 1 GB with a small body) does not hold its connection for ever.
     request_timeout: float = 30.0
+    # Open connections of this process (--http-max-connections); one more is answered 503 and closed.
+    max_connections: int = 10_000
 
 
 def http_limits(options: ServerOptions) -> HttpLimits:
@@ -70,7 +72,26 @@ def http_limits(options: ServerOptions) -> HttpLimits:
         max_head=options.http_max_header_size,
         idle_timeout=options.http_idle_timeout_secs,
         request_timeout=options.http_request_timeout_secs,
+        max_connections=options.http_max_connections,
     )
+
+
+class RateLimitedLog:
+    """One log line a second at most for a refusal that a flood repeats (each would be one line otherwise)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.count = 0
+
+    def note(self, logger: logging.Logger, why: str) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            logger.warning("refused %d new connection(s): %s", self.count, why)
+            self.last, self.count = now, 0
+
+
+_refusals = RateLimitedLog()
 
 
 class _HeadTooLarge(Exception):
@@ -132,6 +153,16 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        if len(self.connections) >= self.limits.max_connections:
+            _refusals.note(
+                log, f"{self.limits.max_connections} HTTP connections are open (--http-max-connections)"
+            )
+            self._write(
+                error_response(503, "too many connections; try again later (--http-max-connections)"),
+                keep_alive=False,
+            )
+            self._close()
+            return
         self.connections.add(self)
         self.head_started = self.last_active  # a connection opened and left silent is a request not sent
         self._arm(min(self.limits.idle_timeout, self.limits.request_timeout))

@@ -10,6 +10,8 @@ from modelhost.frontends.http.messages import HttpResponse, error_response
 
 log = logging.getLogger("modelhost.http")
 
+RETRY_AFTER = ("Retry-After", "1")
+
 HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.INVALID_ARGUMENT: 400,
     ErrorKind.NOT_FOUND: 404,
@@ -35,7 +37,11 @@ def failure_response(method: str, path: str, e: ModelhostError) -> HttpResponse:
     response = error_response(http_status(e), str(e))
     if e.kind is ErrorKind.UNSUPPORTED_MEDIA_TYPE:
         response.headers.append(("Accept-Encoding", "gzip, deflate"))
+    elif e.kind is ErrorKind.UNAVAILABLE:
+        # A full queue, a server stopping, a model not ready yet: a client (or a proxy) may try again shortly,
+        # here or on another replica.
+        response.headers.append(RETRY_AFTER)
     return response
 
 
-__all__ = ["HTTP_STATUS", "failure_response", "http_status"]
+__all__ = ["HTTP_STATUS", "RETRY_AFTER", "failure_response", "http_status"]
