@@ -107,6 +107,15 @@ class ServerOptions:
     grpc_idle_timeout_secs: float = 300.0
     grpc_request_timeout_secs: float = 30.0
     http_max_connections: int = 10_000
+    # gRPC keepalive and connection age (milliseconds), tritonserver's flags and defaults.
+    grpc_keepalive_time: int = 7_200_000
+    grpc_keepalive_timeout: int = 20_000
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data: int = 300_000
+    grpc_http2_max_ping_strikes: int = 2
+    grpc_max_connection_age: int | None = None
+    grpc_max_connection_age_grace: int | None = None
     grpc_max_connections: int = 10_000
     # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value) (frontends/restrictions.py).
     http_restricted_api: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -217,6 +226,24 @@ def _problems(options: ServerOptions) -> list[str]:
     ):
         if not value > 0:
             problems.append(f"--{flag} must be greater than 0, got {value:g}")
+    for flag, ms in (
+        ("grpc-keepalive-time", options.grpc_keepalive_time),
+        ("grpc-keepalive-timeout", options.grpc_keepalive_timeout),
+        ("grpc-max-connection-age", options.grpc_max_connection_age),
+    ):
+        if ms is not None and ms < 1:
+            problems.append(f"--{flag} must be 1 or more milliseconds, got {ms}")
+    for flag, count in (
+        ("grpc-http2-max-pings-without-data", options.grpc_http2_max_pings_without_data),
+        (
+            "grpc-http2-min-recv-ping-interval-without-data",
+            options.grpc_http2_min_recv_ping_interval_without_data,
+        ),
+        ("grpc-http2-max-ping-strikes", options.grpc_http2_max_ping_strikes),
+        ("grpc-max-connection-age-grace", options.grpc_max_connection_age_grace),
+    ):
+        if count is not None and count < 0:
+            problems.append(f"--{flag} must be 0 or more, got {count}")
     for flag, count in (
         ("http-max-connections", options.http_max_connections),
         ("grpc-max-connections", options.grpc_max_connections),

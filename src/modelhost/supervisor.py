@@ -20,6 +20,8 @@ import time
 import msgspec
 
 from modelhost.engine.engine import Engine
+from modelhost.frontends.grpc.server import grpc_limits
+from modelhost.frontends.http.protocol import http_limits
 from modelhost.frontends.process import FrontendConfig
 from modelhost.frontends.tls import grpc_tls, http_tls
 from modelhost.options import ServerOptions
@@ -73,17 +75,10 @@ class FrontendSupervisor:
             parent_pid=os.getpid(),
             http_address=options.http_address,
             http_port=http_port,
-            http_max_input_size=options.http_max_input_size,
-            http_max_header_size=options.http_max_header_size,
-            http_idle_timeout_secs=options.http_idle_timeout_secs,
-            http_request_timeout_secs=options.http_request_timeout_secs,
-            http_max_connections=options.http_max_connections,
-            grpc_max_connections=options.grpc_max_connections,
+            http_limits=http_limits(options),
+            grpc_limits=grpc_limits(options),
             http_restricted_api=options.http_restricted_api,
             grpc_restricted_protocol=options.grpc_restricted_protocol,
-            grpc_max_decompressed_size=options.grpc_max_decompressed_size,
-            grpc_idle_timeout_secs=options.grpc_idle_timeout_secs,
-            grpc_request_timeout_secs=options.grpc_request_timeout_secs,
             http_tls=http_tls(options),
             grpc_tls=grpc_tls(options),
             grpc_address=options.grpc_address,

@@ -715,3 +715,24 @@ def test_idle_and_silent_connections_are_closed_and_clients_reconnect(
         client.close()
         silent.close()
     assert server.log().count("closing a gRPC connection idle for 1 s") >= 2
+
+
+def test_connections_past_their_age_are_replaced_without_a_failed_call(
+    main_repository: Path, tmp_path: Path, frontend_processes: int
+) -> None:
+    flags = ("--grpc-max-connection-age=300", "--grpc-max-connection-age-grace=10000")
+    with running_server([main_repository], tmp_path / "server.log", *flags) as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+            deadline = time.monotonic() + 60
+            while server.log().count("reached its maximum age") < 2:  # two connections aged out meanwhile
+                out = client.infer("simple", inputs).as_numpy("OUTPUT0")
+                np.testing.assert_array_equal(out, 2 * np.arange(16, dtype=np.int32).reshape(1, 16))
+                assert time.monotonic() < deadline, server.log()[-2000:]
+                time.sleep(0.05)
+        finally:
+            client.close()
+        assert "Traceback" not in server.log()

@@ -633,11 +633,13 @@ FEATURES: tuple[Item, ...] = (
         test="tests/e2e/test_tls.py::test_grpc_over_mutual_tls",
     ),
     Item(
-        "gRPC keepalive and connection-age settings",
-        State.NOT_YET,
-        "tritonserver's defaults are accepted",
+        "gRPC keepalive, ping policy and connection age (`--grpc-keepalive-*`, `--grpc-http2-*`, "
+        "`--grpc-max-connection-age*`)",
+        State.SUPPORTED,
+        "",
         "grpc.md",
         flag="grpc-keepalive-time",
+        test="tests/frontends/grpc/test_connection.py::test_a_client_that_pings_too_often_is_told_too_many_pings",
     ),
     Item(
         "Restricted APIs (`--http-restricted-api`, `--grpc-restricted-protocol`)",

@@ -18,9 +18,10 @@ import sys
 
 import msgspec
 
-from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
+from modelhost.frontends.grpc.connection import GrpcLimits
+from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.buffer import BufferLimit
-from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
+from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
 from modelhost.frontends.sagemaker.settings import SageMakerSettings
@@ -44,21 +45,15 @@ class FrontendConfig(msgspec.Struct):
     # The HTTP port to serve (0: HTTP is off).
     http_address: str
     http_port: int
-    http_max_input_size: int
-    http_max_header_size: int
-    http_idle_timeout_secs: float
-    http_request_timeout_secs: float
-    http_max_connections: int
-    grpc_max_connections: int
+    # The limits of each protocol's connections, as the engine's flags set them.
+    http_limits: HttpLimits
+    grpc_limits: GrpcLimits
     # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value).
     http_restricted_api: dict[str, tuple[str, str]]
     grpc_restricted_protocol: dict[str, tuple[str, str]]
     # The gRPC port to serve too (0: gRPC is off).
     grpc_address: str
     grpc_port: int
-    grpc_max_decompressed_size: int
-    grpc_idle_timeout_secs: float
-    grpc_request_timeout_secs: float
     # TLS of the HTTP (and SageMaker) and gRPC ports; None: cleartext.
     http_tls: TlsFiles | None
     grpc_tls: TlsFiles | None
@@ -74,17 +69,8 @@ class FrontendConfig(msgspec.Struct):
     log_file: str | None
 
     def options(self) -> ServerOptions:
-        """The options this process serves with (HTTP limits, logging)."""
+        """The log options this process starts with."""
         return ServerOptions(
-            http_max_input_size=self.http_max_input_size,
-            http_max_header_size=self.http_max_header_size,
-            http_idle_timeout_secs=self.http_idle_timeout_secs,
-            http_request_timeout_secs=self.http_request_timeout_secs,
-            http_max_connections=self.http_max_connections,
-            grpc_max_connections=self.grpc_max_connections,
-            grpc_max_decompressed_size=self.grpc_max_decompressed_size,
-            grpc_idle_timeout_secs=self.grpc_idle_timeout_secs,
-            grpc_request_timeout_secs=self.grpc_request_timeout_secs,
             log_verbose=self.log_verbose,
             log_info=self.log_info,
             log_warning=self.log_warning,
@@ -130,7 +116,7 @@ async def serve(config: FrontendConfig) -> int:
         config.engine_address, engine_lost, lambda changes: log_settings.update(changes, announce=False)
     )
     routes = BufferLimit(
-        HttpRoutes(engine, config.http_max_input_size, config.http_restricted_api),
+        HttpRoutes(engine, config.http_limits.max_body, config.http_restricted_api),
         engine,
         config.buffer_limit,
     )
@@ -144,24 +130,24 @@ async def serve(config: FrontendConfig) -> int:
                 routes,
                 config.http_address,
                 config.http_port,
-                http_limits(config.options()),
+                config.http_limits,
                 reuse_port=True,
                 ssl=tls.http,
             )
         if config.grpc_port:
-            grpc_server = GrpcServer(engine, grpc_limits(config.options()), config.grpc_restricted_protocol)
+            grpc_server = GrpcServer(engine, config.grpc_limits, config.grpc_restricted_protocol)
             await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True, ssl=tls.grpc)
         if config.sagemaker_port:
             sagemaker = SageMakerRoutes(
                 engine,
-                HttpRoutes(engine, config.http_max_input_size, config.http_restricted_api),
+                HttpRoutes(engine, config.http_limits.max_body, config.http_restricted_api),
                 SageMakerSettings.from_environ(),
             )
             sagemaker_server, _ = await start_http_server(
                 sagemaker,
                 config.http_address,
                 config.sagemaker_port,
-                http_limits(config.options()),
+                config.http_limits,
                 reuse_port=True,
                 connections=connections,
                 ssl=tls.http,

@@ -554,3 +554,97 @@ def test_a_connection_past_the_limit_is_closed_at_once() -> None:
         await still_serving(peer)  # the first one goes on
 
     asyncio.run(body())
+
+
+# -- keepalive, the client's pings, connection age -------------------------------------------------------------
+
+
+def test_an_unanswered_keepalive_ping_closes_the_connection() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        await asyncio.sleep(0.3)  # the server pinged; this client never reads, so never acknowledges
+        assert peer.transport.closed
+
+    run_with(test, keepalive_time=50, keepalive_timeout=50, keepalive_permit_without_calls=True)
+
+
+def test_an_answered_keepalive_ping_keeps_the_connection() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        for _ in range(10):  # a client that reads acknowledges each ping
+            await asyncio.sleep(0.03)
+            peer.receive()
+        assert not peer.transport.closed
+        await still_serving(peer)
+
+    run_with(test, keepalive_time=20, keepalive_timeout=100, keepalive_permit_without_calls=True)
+
+
+def test_without_calls_the_server_does_not_ping_unless_permitted() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        await asyncio.sleep(0.3)
+        assert not peer.transport.closed  # no ping was sent, so none went unanswered
+
+    run_with(test, keepalive_time=20, keepalive_timeout=20)
+
+
+def test_a_client_that_pings_too_often_is_told_too_many_pings() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        for i in range(4):  # no call and no permission: any second ping within 2 hours is a strike
+            peer.h2.ping(bytes([i]) * 8)
+            peer.send()
+        peer.receive()
+        assert peer.goaway is not None
+        assert peer.goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        assert peer.goaway.additional_data == b"too_many_pings"
+        assert peer.transport.closed
+
+    run_with(test, max_ping_strikes=2)
+
+
+def test_pings_between_answers_are_no_strikes() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        for i in range(6):
+            peer.h2.ping(bytes([i]) * 8)
+            peer.send()
+            await still_serving(peer)  # an answer between pings starts the count again
+        assert peer.goaway is None and not peer.transport.closed
+
+    run_with(test, max_ping_strikes=1)
+
+
+def test_a_connection_past_its_age_is_sent_goaway_and_its_call_finishes_within_the_grace() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        peer.call(b"/t.S/Slow", framed(b""))
+        await asyncio.sleep(0.2)  # past the age: GOAWAY (h2's client takes no frame after it, so the server's
+        assert peer.server.going_away  # state is what is looked at), and the call in flight goes on
+        assert GoAwayFrame.type in frame_types(bytes(peer.transport.written))
+        assert not peer.transport.closed
+        handlers.release.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if not peer.server.calls:
+                break
+        assert not peer.server.calls and handlers.cancelled == 0  # answered, not cut off
+        await asyncio.sleep(0.05)
+        assert peer.transport.closed  # and then closed, having nothing left to do
+
+    run_with(test, max_connection_age=50, max_connection_age_grace=10_000)
+
+
+def frame_types(data: bytes) -> set[int]:
+    """The types of the HTTP/2 frames in `data` (whole frames, from its start)."""
+    types, offset = set(), 0
+    while offset + 9 <= len(data):
+        length = int.from_bytes(data[offset : offset + 3], "big")
+        types.add(data[offset + 3])
+        offset += 9 + length
+    return types
+
+
+def test_past_the_grace_a_connection_is_closed_with_its_calls() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        peer.call(b"/t.S/Slow", framed(b""))
+        await asyncio.sleep(0.4)
+        assert peer.transport.closed
+        assert handlers.cancelled == 1
+
+    run_with(test, max_connection_age=50, max_connection_age_grace=50)

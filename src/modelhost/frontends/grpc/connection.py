@@ -18,6 +18,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -74,6 +75,21 @@ class GrpcLimits:
     request_timeout: float = 30.0
     # Open connections of this process (--grpc-max-connections); one more is closed at once.
     max_connections: int = 10_000
+    # Keepalive and ping policy, tritonserver's flags with gRPC's defaults (milliseconds): the server pings a
+    # connection silent for `keepalive_time` (only while it has calls, unless `keepalive_permit_without_calls`),
+    # at most `max_pings_without_data` times between answers (0: no limit), and closes it when a ping is not
+    # acknowledged within `keepalive_timeout`. A client's pings closer than `min_recv_ping_interval` (2 hours
+    # while it has no call, unless permitted) are strikes; past `max_ping_strikes` (0: any number) it is sent
+    # GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
+    keepalive_time: int = 7_200_000
+    keepalive_timeout: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    max_pings_without_data: int = 2
+    min_recv_ping_interval: int = 300_000
+    max_ping_strikes: int = 2
+    # GOAWAY once a connection is this old, then closed after the grace (None: never).
+    max_connection_age: int | None = None
+    max_connection_age_grace: int | None = None
 
 
 _refusals = RateLimitedLog()
@@ -168,6 +184,15 @@ class GrpcConnection(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.last_active = time.monotonic()  # the last byte received or call ended
         self.any_call = False  # a call was started on this connection
+        # Keepalive: our ping in flight (its payload) and its deadline, pings sent since our last answer; and the
+        # client's pings: when the last came, and the strikes against it.
+        self.keepalive: asyncio.TimerHandle | None = None
+        self.ping_sent: bytes | None = None
+        self.ping_deadline: asyncio.TimerHandle | None = None
+        self.pings_without_data = 0
+        self.last_ping_received = float("-inf")
+        self.ping_strikes = 0
+        self.age_timers: list[asyncio.TimerHandle] = []
         self._dispatch: dict[type[h2.events.Event], Any] = {
             h2.events.RequestReceived: self._request_received,
             h2.events.DataReceived: self._data_received,
@@ -176,6 +201,8 @@ class GrpcConnection(asyncio.Protocol):
             h2.events.WindowUpdated: self._window_opened,
             h2.events.RemoteSettingsChanged: self._window_opened,
             h2.events.ConnectionTerminated: self._terminated,
+            h2.events.PingReceived: self._ping_received,
+            h2.events.PingAckReceived: self._ping_acknowledged,
         }
 
     # -- asyncio.Protocol --------------------------------------------------------------------------------------
@@ -205,6 +232,10 @@ class GrpcConnection(asyncio.Protocol):
         self.h2.increment_flow_control_window(INITIAL_WINDOW)
         self._flush()
         self._arm(min(self.limits.idle_timeout, self.limits.request_timeout))
+        limits = self.limits
+        self.keepalive = self.loop.call_later(limits.keepalive_time / 1000, self._keepalive)
+        if limits.max_connection_age is not None:
+            self.age_timers.append(self.loop.call_later(limits.max_connection_age / 1000, self._aged))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -217,8 +248,9 @@ class GrpcConnection(asyncio.Protocol):
                 call.task.cancel()
         self._wake_window_waiters()
         self.idle.set()
-        if self.timer is not None:
-            self.timer.cancel()
+        for handle in (self.timer, self.keepalive, self.ping_deadline, *self.age_timers):
+            if handle is not None:
+                handle.cancel()
 
     def pause_writing(self) -> None:
         self.can_write.clear()
@@ -281,6 +313,86 @@ class GrpcConnection(asyncio.Protocol):
             self._arm(limits.request_timeout)
         else:
             self._arm(limits.request_timeout - silent)
+
+    # -- keepalive, the client's pings, connection age ------------------------------------------------------
+
+    def _keepalive(self) -> None:
+        limits = self.limits
+        self.keepalive = None
+        if self.closed or self.going_away:
+            return
+        silent_ms = (time.monotonic() - self.last_active) * 1000
+        if (
+            silent_ms >= limits.keepalive_time
+            and self.ping_sent is None
+            and (self.calls or limits.keepalive_permit_without_calls)
+            and (
+                limits.max_pings_without_data == 0 or self.pings_without_data < limits.max_pings_without_data
+            )
+        ):
+            self.ping_sent = os.urandom(8)
+            self.pings_without_data += 1
+            with contextlib.suppress(h2.exceptions.H2Error):
+                self.h2.ping(self.ping_sent)
+            self._flush()
+            self.ping_deadline = self.loop.call_later(limits.keepalive_timeout / 1000, self._ping_unanswered)
+            wait_ms = float(limits.keepalive_time)
+        else:
+            wait_ms = max(limits.keepalive_time - silent_ms, 1.0)
+        self.keepalive = self.loop.call_later(wait_ms / 1000, self._keepalive)
+
+    def _ping_unanswered(self) -> None:
+        self.ping_deadline = None
+        if self.ping_sent is not None and not self.closed:
+            log.info(
+                "closing a gRPC connection: no answer to a keepalive ping in %d ms (--grpc-keepalive-timeout)",
+                self.limits.keepalive_timeout,
+            )
+            self.close()
+
+    def _ping_acknowledged(self, event: h2.events.PingAckReceived) -> None:
+        if event.ping_data == self.ping_sent:
+            self.ping_sent = None
+            if self.ping_deadline is not None:
+                self.ping_deadline.cancel()
+                self.ping_deadline = None
+
+    def _ping_received(self, event: h2.events.PingReceived) -> None:
+        """gRPC's ping abuse policy: pings closer together than allowed, with no answer of ours in between, are
+        strikes (h2 has acknowledged the ping already)."""
+        limits = self.limits
+        now = time.monotonic()
+        idle = not self.calls and not limits.keepalive_permit_without_calls
+        interval_s = 7200.0 if idle else limits.min_recv_ping_interval / 1000
+        too_soon = now < self.last_ping_received + interval_s
+        self.last_ping_received = now
+        if not too_soon:
+            return
+        self.ping_strikes += 1
+        if limits.max_ping_strikes and self.ping_strikes > limits.max_ping_strikes:
+            log.warning(
+                "closing a gRPC connection: too many pings (%d too soon; --grpc-http2-max-ping-strikes)",
+                self.ping_strikes,
+            )
+            self.go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")
+            self.close()
+
+    def _answered(self) -> None:
+        """We sent headers or data: the ping counts start again, as gRPC's do."""
+        self.ping_strikes = 0
+        self.last_ping_received = float("-inf")
+        self.pings_without_data = 0
+
+    def _aged(self) -> None:
+        if self.closed:
+            return
+        log.info("a gRPC connection reached its maximum age (--grpc-max-connection-age): GOAWAY")
+        self.go_away()
+        grace = self.limits.max_connection_age_grace
+        if not self.calls:
+            self.close()
+        elif grace is not None:
+            self.age_timers.append(self.loop.call_later(grace / 1000, self.close))
 
     # -- inbound events ----------------------------------------------------------------------------------------
 
@@ -496,6 +608,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def _send_headers(self, call: _Call) -> None:
         call.headers_sent = True
+        self._answered()
         try:  # noqa: SIM105 (try is cheaper than contextlib.suppress on the hot path)
             self.h2.send_headers(call.id, _RESPONSE_HEADERS)
         except h2.exceptions.H2Error:
@@ -507,6 +620,7 @@ class GrpcConnection(asyncio.Protocol):
 
         Each frame takes its slice of the payload: a large answer is not first copied whole behind its prefix.
         """
+        self._answered()
         h2c = self.h2
         prefix = message_prefix(len(payload))
         view = memoryview(payload)
@@ -565,6 +679,7 @@ class GrpcConnection(asyncio.Protocol):
         self, stream_id: int, code: grpc.StatusCode, message: str, *, reset: bool = False
     ) -> None:
         """A trailers-only answer: one HEADERS frame with the status, ending the stream."""
+        self._answered()
         headers = [
             (b":status", b"200"),
             (b"content-type", b"application/grpc"),
@@ -612,6 +727,9 @@ class GrpcConnection(asyncio.Protocol):
         if not self.calls:
             self.idle.set()
             self.last_active = time.monotonic()  # idle from now
+            if self.going_away:  # told to go, and nothing left to answer: the connection has served its time
+                self._schedule_flush()
+                self.loop.call_soon(self.close)
 
     def _wake_inbox(self, stream_id: int) -> None:
         waiter = self.inbox_waiters.get(stream_id)
@@ -638,7 +756,7 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- shutdown ----------------------------------------------------------------------------------------------
 
-    def go_away(self, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.NO_ERROR) -> None:
+    def go_away(self, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.NO_ERROR, debug: bytes = b"") -> None:
         """Send GOAWAY naming the last call we take, while the calls in flight may still be answered.
 
         h2's `close_connection` would refuse every later frame of ours, so the frame is written directly.
@@ -647,7 +765,12 @@ class GrpcConnection(asyncio.Protocol):
             return
         self.going_away = True
         self._flush()
-        frame = GoAwayFrame(stream_id=0, last_stream_id=self.h2.highest_inbound_stream_id, error_code=code)
+        frame = GoAwayFrame(
+            stream_id=0,
+            last_stream_id=self.h2.highest_inbound_stream_id,
+            error_code=code,
+            additional_data=debug,
+        )
         self.transport.write(frame.serialize())
 
     async def drain(self, timeout: float) -> bool:

@@ -31,6 +31,14 @@ def grpc_limits(options: ServerOptions) -> GrpcLimits:
         idle_timeout=options.grpc_idle_timeout_secs,
         request_timeout=options.grpc_request_timeout_secs,
         max_connections=options.grpc_max_connections,
+        keepalive_time=options.grpc_keepalive_time,
+        keepalive_timeout=options.grpc_keepalive_timeout,
+        keepalive_permit_without_calls=options.grpc_keepalive_permit_without_calls,
+        max_pings_without_data=options.grpc_http2_max_pings_without_data,
+        min_recv_ping_interval=options.grpc_http2_min_recv_ping_interval_without_data,
+        max_ping_strikes=options.grpc_http2_max_ping_strikes,
+        max_connection_age=options.grpc_max_connection_age,
+        max_connection_age_grace=options.grpc_max_connection_age_grace,
     )
 
 
