@@ -1199,3 +1199,18 @@ def test_connections_past_the_limit_are_refused_and_the_others_served(
         time.sleep(0.1)
     assert good.status_code == 200
     assert "new connection(s): 2 HTTP connections are open" in server.log()
+
+
+def test_a_flood_of_tiny_chunks_is_read_in_bounded_memory(server: RunningServer) -> None:
+    """Triton's 2025 advisory: a body of many tiny chunks overflowed its stack. Here 200,000 chunks of one byte
+    are one body like any other: read, joined once, answered."""
+    body = GOOD_JSON
+    chunks = b"".join(b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body)))
+    padding = b"1\r\n \r\n" * (200_000 - len(body))  # JSON allows whitespace after the document
+    head = (
+        f"POST {infer_path()} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    ).encode()
+    answer = send_and_read(server, head + chunks + padding + b"0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["outputs"][0]["data"] == [2 * i for i in range(16)]
