@@ -120,3 +120,4 @@ class InProcessServer:
         self.run(asyncio.to_thread(self.engine.close), timeout=60)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
+        self.loop.close()
