@@ -21,6 +21,7 @@ warm-up, the p99 of the last five minutes against the first five, churn cycles, 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -61,6 +62,8 @@ def _post(url: str, body: bytes = b"{}") -> int:
             return int(response.status)
     except urllib.error.HTTPError as e:
         return int(e.code)
+    except (OSError, http.client.HTTPException):  # its frontend was killed under it (--faults)
+        return 0
 
 
 class Churn(threading.Thread):
@@ -112,7 +115,8 @@ class Faults(threading.Thread):
             victims = self._victims(marker)
             if victims:
                 victims[0].send_signal(signal.SIGKILL)
-                self.done.append((time.monotonic(), f"killed {marker.rsplit('.', 1)[-1]} {victims[0].pid}"))
+                what = "a python stub" if "stub" in marker else "a frontend process"
+                self.done.append((time.monotonic(), f"killed {what} ({victims[0].pid})"))
 
 
 def _http(
