@@ -241,9 +241,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if thread is not None:
                 thread.stop.set()
                 thread.join(120)
-        stubs_running = len(Faults(server, 0)._victims("modelhost.backends.python.stub"))
     time.sleep(2)
     shm_left = sorted(set(os.listdir("/dev/shm")) - shm_before)
+    stubs_running = 0  # python stubs of this run's models that outlived the server
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or ())
+        if "modelhost.backends.python.stub" in cmdline and str(work) in cmdline:
+            stubs_running += 1
     return summarize(args, windows, churn, stubs_running, shm_left)
 
 
@@ -273,7 +277,7 @@ def summarize(
         "p99_ratio": p99(last) / p99(first),
         "churn_cycles": churn.cycles if churn is not None else 0,
         "churn_failures": churn.failures[:10] if churn is not None else [],
-        "stubs_left_before_stop": stubs,
+        "stubs_left_after_stop": stubs,
         "shm_left_after_stop": shm_left,
         "faults": sum(len(w.faults) for w in windows),
         "per_window": [asdict(w) for w in windows],
