@@ -190,6 +190,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     shm_before = set(os.listdir("/dev/shm"))
     windows: list[Window] = []
     with server:
+        assert server.proc is not None
+        engine_pid = server.proc.pid  # the stubs' shared memory, and their command lines, carry it
         server.wait_ready(["simple", "mlp", "identity"])
         mlp_frame = 5 + payloads.check_grpc(server.host, ports.grpc, workloads["mlp"])
         churn = Churn(server.http_url) if args.churn else None
@@ -246,7 +248,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stubs_running = 0  # python stubs of this run's models that outlived the server
     for process in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(process.info["cmdline"] or ())
-        if "modelhost.backends.python.stub" in cmdline and str(work) in cmdline:
+        if "modelhost.backends.python.stub" in cmdline and f"modelhost_python_{engine_pid}_" in cmdline:
             stubs_running += 1
     return summarize(args, windows, churn, stubs_running, shm_left)
 
