@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from frontends.http.fake_transport import FakeTransport
 from modelhost.backends.api import BackendServices
 from modelhost.engine.engine import Engine
 from modelhost.engine.registry.entries import LoadSettings
@@ -43,35 +44,6 @@ class ErrorLog(logging.Handler):
         found = [self.format(r) for r in self.records]
         self.records.clear()
         return found
-
-
-class FakeTransport:
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        if not self.closed:
-            self.written += data
-
-    def writelines(self, parts: list[bytes]) -> None:
-        for part in parts:
-            self.write(part)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 class InProcessServer:
