@@ -168,3 +168,18 @@ def _row_lines(cells: Sequence[str], widths: Sequence[int]) -> list[str]:
         ]
         lines.append("| " + " | ".join(parts) + " |")
     return lines
+
+
+class RateLimitedLog:
+    """One log line a second at most for a refusal that a flood repeats (each would be one line otherwise)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.count = 0
+
+    def note(self, logger: logging.Logger, why: str) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            logger.warning("refused %d new connection(s): %s", self.count, why)
+            self.last, self.count = now, 0

@@ -44,7 +44,7 @@ from modelhost.frontends.grpc.calls import (
 )
 from modelhost.frontends.grpc.hpack_cache import CachingDecoder, CachingEncoder
 from modelhost.frontends.grpc.methods import Method
-from modelhost.frontends.http.protocol import RateLimitedLog
+from modelhost.observability.logs import RateLimitedLog
 
 log = logging.getLogger("modelhost.grpc")
 

@@ -18,6 +18,7 @@ from typing import cast
 import httptools
 
 from modelhost.frontends.http.messages import Handler, HttpRequest, HttpResponse, error_response
+from modelhost.observability.logs import RateLimitedLog
 from modelhost.options import ServerOptions
 
 log = logging.getLogger("modelhost.http")
@@ -74,21 +75,6 @@ def http_limits(options: ServerOptions) -> HttpLimits:
         request_timeout=options.http_request_timeout_secs,
         max_connections=options.http_max_connections,
     )
-
-
-class RateLimitedLog:
-    """One log line a second at most for a refusal that a flood repeats (each would be one line otherwise)."""
-
-    def __init__(self) -> None:
-        self.last = 0.0
-        self.count = 0
-
-    def note(self, logger: logging.Logger, why: str) -> None:
-        self.count += 1
-        now = time.monotonic()
-        if now - self.last >= 1.0:
-            logger.warning("refused %d new connection(s): %s", self.count, why)
-            self.last, self.count = now, 0
 
 
 _refusals = RateLimitedLog()
@@ -375,6 +361,7 @@ class HttpProtocol(asyncio.Protocol):
             log.exception("unhandled error streaming the answer")
             self._close()
         finally:
+            self.last_active = time.monotonic()  # a long stream is activity: the idle time starts after it
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
