@@ -184,6 +184,28 @@ class ServerOptions:
             raise ValueError("; ".join(problems))
 
 
+# Flags whose values have a least value (their option field is the flag's name with underscores; None: unset):
+# flag, least value, how the message says it.
+_LOWER_BOUNDS: tuple[tuple[str, float, str], ...] = (
+    ("http-max-input-size", 1, "greater than 0"),
+    ("http-max-header-size", 1024, "1024 or more"),
+    ("http-idle-timeout-secs", 1e-9, "greater than 0"),
+    ("http-request-timeout-secs", 1e-9, "greater than 0"),
+    ("grpc-idle-timeout-secs", 1e-9, "greater than 0"),
+    ("grpc-request-timeout-secs", 1e-9, "greater than 0"),
+    ("grpc-max-decompressed-size", 1, "greater than 0"),
+    ("grpc-keepalive-time", 1, "1 or more milliseconds"),
+    ("grpc-keepalive-timeout", 1, "1 or more milliseconds"),
+    ("grpc-max-connection-age", 1, "1 or more milliseconds"),
+    ("grpc-http2-max-pings-without-data", 0, "0 or more"),
+    ("grpc-http2-min-recv-ping-interval-without-data", 0, "0 or more"),
+    ("grpc-http2-max-ping-strikes", 0, "0 or more"),
+    ("grpc-max-connection-age-grace", 0, "0 or more"),
+    ("http-max-connections", 1, "1 or more"),
+    ("grpc-max-connections", 1, "1 or more"),
+)
+
+
 def _problems(options: ServerOptions) -> list[str]:
     problems: list[str] = []
     for flag, port in (
@@ -214,70 +236,21 @@ def _problems(options: ServerOptions) -> list[str]:
         )
     if options.exit_timeout_secs < 0:
         problems.append(f"--exit-timeout-secs must be 0 or more, got {options.exit_timeout_secs}")
-    if options.http_max_input_size <= 0:
-        problems.append(f"--http-max-input-size must be greater than 0, got {options.http_max_input_size}")
-    if options.http_max_header_size < 1024:
-        problems.append(f"--http-max-header-size must be 1024 or more, got {options.http_max_header_size}")
-    for flag, value in (
-        ("http-idle-timeout-secs", options.http_idle_timeout_secs),
-        ("http-request-timeout-secs", options.http_request_timeout_secs),
-        ("grpc-idle-timeout-secs", options.grpc_idle_timeout_secs),
-        ("grpc-request-timeout-secs", options.grpc_request_timeout_secs),
-    ):
-        if not value > 0:
-            problems.append(f"--{flag} must be greater than 0, got {value:g}")
-    for flag, ms in (
-        ("grpc-keepalive-time", options.grpc_keepalive_time),
-        ("grpc-keepalive-timeout", options.grpc_keepalive_timeout),
-        ("grpc-max-connection-age", options.grpc_max_connection_age),
-    ):
-        if ms is not None and ms < 1:
-            problems.append(f"--{flag} must be 1 or more milliseconds, got {ms}")
-    for flag, count in (
-        ("grpc-http2-max-pings-without-data", options.grpc_http2_max_pings_without_data),
-        (
-            "grpc-http2-min-recv-ping-interval-without-data",
-            options.grpc_http2_min_recv_ping_interval_without_data,
-        ),
-        ("grpc-http2-max-ping-strikes", options.grpc_http2_max_ping_strikes),
-        ("grpc-max-connection-age-grace", options.grpc_max_connection_age_grace),
-    ):
-        if count is not None and count < 0:
-            problems.append(f"--{flag} must be 0 or more, got {count}")
-    for flag, count in (
-        ("http-max-connections", options.http_max_connections),
-        ("grpc-max-connections", options.grpc_max_connections),
-    ):
-        if count < 1:
-            problems.append(f"--{flag} must be 1 or more, got {count}")
-    if options.grpc_max_decompressed_size <= 0:
-        problems.append(
-            f"--grpc-max-decompressed-size must be greater than 0, got {options.grpc_max_decompressed_size}"
+    for flag, least, words in _LOWER_BOUNDS:
+        value = getattr(options, flag.replace("-", "_"))
+        if value is not None and value < least:
+            problems.append(f"--{flag} must be {words}, got {value:g}")
+    for protocol in ("http", "grpc"):
+        use, mutual, cert, key, root = (
+            getattr(options, f"{protocol}_{name}")
+            for name in ("use_ssl", "use_ssl_mutual", "server_cert", "server_key", "root_cert")
         )
-    for flag_port, use, mutual, cert, key, root in (
-        (
-            "http",
-            options.http_use_ssl,
-            options.http_use_ssl_mutual,
-            options.http_server_cert,
-            options.http_server_key,
-            options.http_root_cert,
-        ),
-        (
-            "grpc",
-            options.grpc_use_ssl,
-            options.grpc_use_ssl_mutual,
-            options.grpc_server_cert,
-            options.grpc_server_key,
-            options.grpc_root_cert,
-        ),
-    ):
         if (use or mutual) and not (cert and key):
-            which = f"--{flag_port}-use-ssl-mutual" if mutual else f"--{flag_port}-use-ssl"
-            problems.append(f"{which} needs --{flag_port}-server-cert and --{flag_port}-server-key")
+            which = f"--{protocol}-use-ssl-mutual" if mutual else f"--{protocol}-use-ssl"
+            problems.append(f"{which} needs --{protocol}-server-cert and --{protocol}-server-key")
         if mutual and not root:
             problems.append(
-                f"--{flag_port}-use-ssl-mutual needs --{flag_port}-root-cert (the CA that signs the clients' "
+                f"--{protocol}-use-ssl-mutual needs --{protocol}-root-cert (the CA that signs the clients' "
                 "certificates)"
             )
     if options.log_verbose < 0:

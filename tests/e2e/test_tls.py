@@ -214,13 +214,13 @@ def test_certificates_are_reloaded_on_sighup_without_dropping_connections(
 
 
 def test_a_missing_certificate_stops_the_server_before_any_model_loads(
-    tmp_path: Path, frontend_processes: int
+    main_repository: Path, tmp_path: Path, frontend_processes: int
 ) -> None:
     log = tmp_path / "server.log"
     with (
         pytest.raises(RuntimeError, match="server exited with 1"),
         running_server(
-            [tmp_path],
+            [main_repository],
             log,
             "--grpc-use-ssl=true",
             f"--grpc-server-cert={tmp_path / 'missing.crt'}",
@@ -230,3 +230,4 @@ def test_a_missing_certificate_stops_the_server_before_any_model_loads(
         pass
     assert f"cannot use --grpc-server-cert={tmp_path / 'missing.crt'}" in log.read_text()
     assert "No such file or directory" in log.read_text()
+    assert "loading:" not in log.read_text()  # the repository has models; none was loaded

@@ -20,10 +20,10 @@ import time
 from typing import Any
 
 import msgspec
+import numpy as np
 
-from modelhost.engine.response_cache import RedisSettings
+from modelhost.engine.response_cache import RedisSettings, render_cache_families
 from modelhost.errors import Unsupported
-from modelhost.observability.stats import CACHE_FAMILIES
 from modelhost.tensor_codec import array_from_raw, raw_bytes
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
 
@@ -33,16 +33,6 @@ KEY_PREFIX = b"modelhost:response:"
 _DEFAULT_TIMEOUT_S = 1.0
 _BACKOFF_S = 1.0  # after a failure, the cache is skipped this long
 _PENDING_PER_CONNECTION = 4
-
-# The families this cache reports (those of the local cache that a shared cache can count: the entries, the
-# utilisation and the evictions are redis's, in its own INFO).
-_REPORTED = {
-    "nv_cache_num_lookups",
-    "nv_cache_num_hits",
-    "nv_cache_num_misses",
-    "nv_cache_lookup_duration",
-    "nv_cache_insertion_duration",
-}
 
 
 def _client(settings: RedisSettings) -> Any:
@@ -84,9 +74,15 @@ def _client(settings: RedisSettings) -> Any:
 
 
 def encode_outputs(outputs: list[Tensor]) -> bytes:
-    return msgspec.msgpack.encode(
-        [[t.name, t.datatype, list(t.shape), raw_bytes(t.datatype, t.data)] for t in outputs]
-    )
+    return msgspec.msgpack.encode([[t.name, t.datatype, list(t.shape), _payload(t)] for t in outputs])
+
+
+def _payload(tensor: Tensor) -> bytes | memoryview:
+    """A tensor's bytes for the entry: numbers as a view of the array (msgpack copies them once, into the
+    entry), BYTES serialised element by element."""
+    if tensor.datatype == "BYTES":
+        return raw_bytes(tensor.datatype, tensor.data)
+    return np.ascontiguousarray(tensor.data).reshape(-1).view(np.uint8).data
 
 
 def decode_outputs(value: bytes) -> list[Tensor]:
@@ -198,18 +194,17 @@ class RedisCache:
         await self.client.aclose()
 
     def render(self) -> list[str]:
-        values = {
-            "nv_cache_num_lookups": self.lookups,
-            "nv_cache_num_hits": self.hits,
-            "nv_cache_num_misses": self.misses,
-            "nv_cache_lookup_duration": self.lookup_ns // 1000,
-            "nv_cache_insertion_duration": self.insertion_ns // 1000,
-        }
-        lines: list[str] = []
-        for name, help_text in CACHE_FAMILIES:
-            if name in _REPORTED:
-                lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {values[name]}"]
-        return lines
+        """The local cache's families that a shared cache can count (the entries, the utilisation and the
+        evictions are redis's, in its own INFO)."""
+        return render_cache_families(
+            {
+                "nv_cache_num_lookups": self.lookups,
+                "nv_cache_num_hits": self.hits,
+                "nv_cache_num_misses": self.misses,
+                "nv_cache_lookup_duration": self.lookup_ns // 1000,
+                "nv_cache_insertion_duration": self.insertion_ns // 1000,
+            }
+        )
 
 
 __all__ = ["KEY_PREFIX", "RedisCache", "decode_outputs", "encode_outputs"]

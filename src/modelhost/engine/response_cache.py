@@ -193,20 +193,34 @@ class ResponseCache:
 
     def render(self) -> list[str]:
         """Triton's local cache families for /metrics (durations in microseconds)."""
-        values = (
-            f"{self.utilization:.6f}",
-            str(len(self)),
-            str(self.lookups),
-            str(self.hits),
-            str(self.misses),
-            str(self.evictions),
-            str(self.lookup_ns // 1000),
-            str(self.insertion_ns // 1000),
+        return render_cache_families(
+            {
+                "nv_cache_util": f"{self.utilization:.6f}",
+                "nv_cache_num_entries": len(self),
+                "nv_cache_num_lookups": self.lookups,
+                "nv_cache_num_hits": self.hits,
+                "nv_cache_num_misses": self.misses,
+                "nv_cache_num_evictions": self.evictions,
+                "nv_cache_lookup_duration": self.lookup_ns // 1000,
+                "nv_cache_insertion_duration": self.insertion_ns // 1000,
+            }
         )
-        lines: list[str] = []
-        for (name, help_text), value in zip(CACHE_FAMILIES, values, strict=True):
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
-        return lines
 
 
-__all__ = ["CacheSettings", "RedisSettings", "ResponseCache", "cache_key", "parse_cache_config"]
+def render_cache_families(values: dict[str, object]) -> list[str]:
+    """The families of Triton's cache metrics (gauges, server-wide) that `values` has, in Triton's order."""
+    lines: list[str] = []
+    for name, help_text in CACHE_FAMILIES:
+        if name in values:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {values[name]}"]
+    return lines
+
+
+__all__ = [
+    "CacheSettings",
+    "RedisSettings",
+    "ResponseCache",
+    "cache_key",
+    "parse_cache_config",
+    "render_cache_families",
+]

@@ -28,28 +28,23 @@ class TlsFiles:
     mutual: bool
 
 
-def http_tls(options: ServerOptions) -> TlsFiles | None:
-    if not (options.http_use_ssl or options.http_use_ssl_mutual):
-        return None
-    return TlsFiles(
-        "HTTP",
-        options.http_server_cert,
-        options.http_server_key,
-        options.http_root_cert,
-        options.http_use_ssl_mutual,
+def port_tls(options: ServerOptions, port: str) -> TlsFiles | None:
+    """The TLS files the flags give `port` ("http": the HTTP and SageMaker ports; "grpc"), None for cleartext."""
+    use, mutual, cert, key, root = (
+        getattr(options, f"{port}_{name}")
+        for name in ("use_ssl", "use_ssl_mutual", "server_cert", "server_key", "root_cert")
     )
+    if not (use or mutual):
+        return None
+    return TlsFiles(port.upper(), cert, key, root, mutual)
+
+
+def http_tls(options: ServerOptions) -> TlsFiles | None:
+    return port_tls(options, "http")
 
 
 def grpc_tls(options: ServerOptions) -> TlsFiles | None:
-    if not (options.grpc_use_ssl or options.grpc_use_ssl_mutual):
-        return None
-    return TlsFiles(
-        "GRPC",
-        options.grpc_server_cert,
-        options.grpc_server_key,
-        options.grpc_root_cert,
-        options.grpc_use_ssl_mutual,
-    )
+    return port_tls(options, "grpc")
 
 
 class TlsError(Exception):
@@ -122,4 +117,4 @@ def _reason(e: Exception) -> str:
     return str(e) or type(e).__name__
 
 
-__all__ = ["TlsError", "TlsFiles", "TlsPorts", "grpc_tls", "http_tls", "reload", "server_context"]
+__all__ = ["TlsError", "TlsFiles", "TlsPorts", "grpc_tls", "http_tls", "port_tls", "reload", "server_context"]

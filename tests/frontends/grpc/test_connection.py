@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import h2.errors
 import pytest
-from hyperframe.frame import Frame, GoAwayFrame
+from hyperframe.frame import Frame, GoAwayFrame, PingFrame
 
 from frontends.grpc.peer import MemoryTransport, Peer, framed, unary
 from modelhost.frontends.grpc.calls import MAX_STATUS_MESSAGE, AbortError
@@ -569,13 +569,17 @@ def test_an_unanswered_keepalive_ping_closes_the_connection() -> None:
 
 def test_an_answered_keepalive_ping_keeps_the_connection() -> None:
     async def test(handlers: Handlers, peer: Peer) -> None:
-        for _ in range(10):  # a client that reads acknowledges each ping
-            await asyncio.sleep(0.03)
-            peer.receive()
+        await asyncio.sleep(0.1)  # past the keepalive time: the server has pinged
+        assert peer.server.ping_sent is not None
+        assert PingFrame.type in frame_types(bytes(peer.transport.written))
+        peer.receive()  # a client that reads acknowledges the ping
+        await peer.settle()
+        assert peer.server.ping_sent is None and peer.server.ping_deadline is None
         assert not peer.transport.closed
         await still_serving(peer)
 
-    run_with(test, keepalive_time=20, keepalive_timeout=100, keepalive_permit_without_calls=True)
+    # The timeout is long so that only the acknowledgement, not the machine's speed, decides the outcome.
+    run_with(test, keepalive_time=20, keepalive_timeout=60_000, keepalive_permit_without_calls=True)
 
 
 def test_without_calls_the_server_does_not_ping_unless_permitted() -> None:

@@ -159,8 +159,6 @@ class GrpcConnection(asyncio.Protocol):
     ) -> None:
         self.methods = methods
         self.limits = limits
-        self.max_message_size = limits.max_message_size
-        self.max_decompressed_size = limits.max_decompressed_size
         self.connections = connections
         self.h2 = h2.connection.H2Connection(_CONFIG)
         self.h2.encoder = CachingEncoder()
@@ -427,7 +425,7 @@ class GrpcConnection(asyncio.Protocol):
             self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
         try:
-            reader = MessageReader(encoding, self.max_message_size, self.max_decompressed_size)
+            reader = MessageReader(encoding, self.limits.max_message_size, self.limits.max_decompressed_size)
             seconds = parse_timeout(timeout) if timeout is not None else None
         except AbortError as e:
             log.info("refused a gRPC call to %s: %s", path.decode("latin-1"), e.message)
