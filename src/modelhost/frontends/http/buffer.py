@@ -7,15 +7,13 @@ refuses.
 
 from __future__ import annotations
 
-import logging
 import re
 from urllib.parse import unquote
 
 from modelhost.engine_api import EngineAPI
-from modelhost.frontends.http.messages import Handler, HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.statuses import RETRY_AFTER
-
-log = logging.getLogger("modelhost.http")
+from modelhost.errors import Rejected
+from modelhost.frontends.http.messages import Handler, HttpRequest, HttpResponse
+from modelhost.frontends.http.statuses import failure_response
 
 _INFER = re.compile(r"/v2/models/([^/]+)(?:/versions/([0-9]{1,18}))?/infer")
 
@@ -45,10 +43,8 @@ class BufferLimit:
             f"{len(request.body)} bytes would pass its limit of {self.limit} bytes "
             "(--frontend-buffer-byte-size)"
         )
-        log.info("%s %s refused: %s", request.method, request.path, message)  # as every refused request
         m = _INFER.fullmatch(request.path) if request.method == "POST" else None
         if m is not None:
             self.engine.refused(unquote(m.group(1)), m.group(2) or "")
-        response = error_response(503, message)
-        response.headers.append(RETRY_AFTER)
-        return response
+        # Answered as any refused request (503 with Retry-After, logged once).
+        return failure_response(request.method, request.path, Rejected(message))
