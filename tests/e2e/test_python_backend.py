@@ -676,6 +676,26 @@ def test_a_crashed_stub_fails_the_request_then_the_model_serves_again(
     assert http.is_server_live()
 
 
+def test_a_crashed_stub_fails_only_the_request_it_was_running(
+    server: RunningServer, http: httpclient.InferenceServerClient
+) -> None:
+    """Requests sent to a stub behind the one it runs had not begun when it died: the restarted stub runs them."""
+    poll(lambda: serves_crashing(http), 30, "crashing serves before the test")
+
+    def infer(value: float, crash: int = 0) -> Any:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)  # one per thread
+        inputs = {"INPUT0": fp32(value)} | ({"CRASH": np.array([crash], np.int32)} if crash else {})
+        return Api("http", httpclient, client).infer("crashing", **inputs)
+
+    with ThreadPoolExecutor(4) as pool:
+        doomed = pool.submit(failure, lambda: infer(1, crash=3))
+        time.sleep(0.5)  # it is in the model's execute now, for a second, before the stub kills itself
+        behind = [pool.submit(infer, value) for value in (10, 20, 30)]
+        assert [f.result().as_numpy("OUTPUT0").tolist() for f in behind] == [[10], [20], [30]]
+        assert doomed.result().status() == "500"
+    assert http.is_model_ready("crashing")
+
+
 # --- custom metrics
 
 

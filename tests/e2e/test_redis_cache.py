@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -63,6 +64,15 @@ class Redis:
 
     def keys(self) -> int:
         return int(self.cli("DBSIZE"))
+
+    def info(self) -> dict[str, Any]:
+        import redis
+
+        client = redis.Redis(port=self.port, socket_timeout=5)
+        try:
+            return client.info()  # type: ignore[no-any-return]
+        finally:
+            client.close()
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -159,21 +169,63 @@ def test_bytes_answers_travel_through_redis(
         assert time.monotonic() < deadline
 
 
+def cache_metrics(server: RunningServer) -> dict[str, float]:
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("nv_cache_")
+    }
+
+
 def test_cache_metrics_count_lookups(two_servers: tuple[RunningServer, RunningServer]) -> None:
     a, _ = two_servers
     values = np.array([[7.0]], dtype=np.float32)
     infer(a, "cached", values)
-    text = requests.get(f"http://127.0.0.1:{a.metrics_port}/metrics", timeout=10).text
-    values_by_name = {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name.startswith("nv_cache_num_")
-    }
+    values_by_name = cache_metrics(a)
     assert values_by_name["nv_cache_num_lookups"] >= 1
     assert values_by_name["nv_cache_num_lookups"] == (
         values_by_name["nv_cache_num_hits"] + values_by_name["nv_cache_num_misses"]
     )
+
+
+def test_cache_metrics_show_redis_entries_memory_and_evictions(
+    two_servers: tuple[RunningServer, RunningServer], redis_server: Redis
+) -> None:
+    """Entries, utilisation and evictions are the shared cache's own (redis's INFO), the same on both servers."""
+    a, b = two_servers
+    infer(a, "cached", np.random.default_rng().random((1, 3), dtype=np.float32))
+    deadline = time.monotonic() + 30
+    while True:  # read every 5 s
+        figures = [cache_metrics(server) for server in (a, b)]
+        keys = redis_server.keys()
+        if all(f["nv_cache_num_entries"] == keys for f in figures) and keys >= 1:
+            break
+        assert time.monotonic() < deadline, (figures, keys)
+        time.sleep(0.5)
+    info = redis_server.info()
+    for f in figures:
+        assert 0 < f["nv_cache_util"] < 1  # its used memory over its 64 MB maxmemory
+        assert f["nv_cache_util"] == pytest.approx(info["used_memory"] / info["maxmemory"], rel=0.5)
+    assert figures[0]["nv_cache_num_evictions"] == info["evicted_keys"]
+    # Full: a smaller maxmemory and 4 MB written to it make redis evict; both servers say so.
+    redis_server.cli("CONFIG", "SET", "maxmemory", "2mb")
+    try:
+        import redis
+
+        client = redis.Redis(port=redis_server.port, socket_timeout=5)
+        for i in range(64):
+            client.set(f"filler:{i}", b"x" * 65536)
+        client.close()
+        evicted = redis_server.info()["evicted_keys"]
+        assert evicted > 0
+        deadline = time.monotonic() + 30
+        while not all(cache_metrics(server)["nv_cache_num_evictions"] >= evicted for server in (a, b)):
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    finally:
+        redis_server.cli("CONFIG", "SET", "maxmemory", "64mb")
 
 
 def test_a_redis_that_stops_or_stalls_makes_requests_miss_never_fail(

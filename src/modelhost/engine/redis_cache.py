@@ -10,6 +10,10 @@ options): several servers share one cache, so a response computed by one is serv
   logged once each.
 - Inserts do not hold the response back: they are sent in the background, at most `pool_size x 4` at once (more
   are dropped, and counted), so memory stays bounded whatever redis does.
+- The entries, utilisation and evictions of `nv_cache_*` are redis's own (its INFO, read every 5 s in the
+  background, one command): the keys of its database, its memory used over `maxmemory` (over the machine's memory
+  when it has none), the keys it evicted. They describe the shared cache, so every server sharing it reports the
+  same; the lookups, hits, misses and durations are this server's.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ KEY_PREFIX = b"modelhost:response:"
 _DEFAULT_TIMEOUT_S = 1.0
 _BACKOFF_S = 1.0  # after a failure, the cache is skipped this long
 _PENDING_PER_CONNECTION = 4
+_INFO_EVERY_S = 5.0
 
 
 def _client(settings: RedisSettings) -> Any:
@@ -113,15 +118,39 @@ class RedisCache:
         self.insertion_ns = 0
         self.failures = 0
         self.dropped_inserts = 0
+        # Redis's own figures, from its INFO (see the module's docstring).
+        self.entries = 0
+        self.utilization = 0.0
+        self.evictions = 0
+        self._watch: asyncio.Task[None] | None = None
 
     async def check(self) -> None:
-        """At start: say whether redis answers (a server that cannot reach it serves uncached meanwhile)."""
+        """At start: say whether redis answers (a server that cannot reach it serves uncached meanwhile), and
+        begin reading its figures."""
         try:
             await asyncio.wait_for(self.client.ping(), self.timeout_s)
         except Exception as e:  # any failure of the client: the cache is only an optimisation
             self._failed(e)
         else:
             log.info("response cache: redis at %s", self.address)
+        self._watch = asyncio.get_running_loop().create_task(self._read_info())
+
+    async def _read_info(self) -> None:
+        while True:
+            try:
+                info = await asyncio.wait_for(self.client.info(), self.timeout_s)
+            except Exception:  # a redis that is down: the lookups say so, once; its last figures stay
+                pass
+            else:
+                self._take_info(info)
+            await asyncio.sleep(_INFO_EVERY_S)
+
+    def _take_info(self, info: dict[str, Any]) -> None:
+        keyspace = info.get(f"db{self.settings.db}", {})
+        self.entries = int(keyspace.get("keys", 0)) if isinstance(keyspace, dict) else 0
+        limit = int(info.get("maxmemory", 0)) or int(info.get("total_system_memory", 0))
+        self.utilization = int(info.get("used_memory", 0)) / limit if limit else 0.0
+        self.evictions = int(info.get("evicted_keys", 0))
 
     async def lookup(self, key: bytes, request: InferenceRequest, version: str) -> InferenceResponse | None:
         started = time.perf_counter_ns()
@@ -188,19 +217,23 @@ class RedisCache:
             log.info("response cache: redis at %s answers again", self.address)
 
     async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         for task in list(self._pending):
             task.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
         await self.client.aclose()
 
     def render(self) -> list[str]:
-        """The local cache's families that a shared cache can count (the entries, the utilisation and the
-        evictions are redis's, in its own INFO)."""
+        """The local cache's families: this server's counts, redis's figures."""
         return render_cache_families(
             {
+                "nv_cache_util": f"{self.utilization:.6f}",
+                "nv_cache_num_entries": self.entries,
                 "nv_cache_num_lookups": self.lookups,
                 "nv_cache_num_hits": self.hits,
                 "nv_cache_num_misses": self.misses,
+                "nv_cache_num_evictions": self.evictions,
                 "nv_cache_lookup_duration": self.lookup_ns // 1000,
                 "nv_cache_insertion_duration": self.insertion_ns // 1000,
             }

@@ -20,7 +20,7 @@ from modelhost.frontends.grpc.connection import MAX_RESETS_PER_SECOND, GrpcConne
 from modelhost.frontends.grpc.methods import Method
 
 OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
-RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 8, 12, 13
+RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 8, 12, 13, 14
 
 
 class Handlers:
@@ -51,6 +51,9 @@ class Handlers:
     async def bug(self, request: bytes) -> bytes:
         raise RuntimeError("a bug")
 
+    async def full(self, request: bytes) -> bytes:
+        raise AbortError(grpc.StatusCode.UNAVAILABLE, "Exceeds maximum queue size")
+
     async def long(self, request: bytes) -> bytes:
         """A NOT_FOUND naming a 64 KB model name, as the service words it."""
         raise AbortError(
@@ -72,7 +75,7 @@ class Handlers:
     def methods(self) -> dict[bytes, Method]:
         table = {
             f"/t.S/{name.title()}".encode(): unary(getattr(self, name), name)
-            for name in ("echo", "slow", "big", "fail", "bug", "long")
+            for name in ("echo", "slow", "big", "fail", "bug", "long", "full")
         }
         for name in ("chat", "deaf"):
             table[f"/t.S/{name.title()}".encode()] = Method(name, True, bytes, getattr(self, name), bytes)
@@ -121,6 +124,17 @@ def test_error_status_and_percent_encoded_message() -> None:
         assert urllib.parse.unquote(answer.message()) == "no model 'é' at 100%"
         assert answer.data == b""  # trailers-only
         await still_serving(peer)
+
+    run(test)
+
+
+def test_unavailable_says_when_to_try_again() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        answer = await peer.answer(peer.call(b"/t.S/Full", framed(b"")))
+        assert answer.status() == UNAVAILABLE
+        assert (b"grpc-retry-pushback-ms", b"1000") in answer.headers  # trailers-only: status in the headers
+        other = await peer.answer(peer.call(b"/t.S/Fail", framed(b"")))
+        assert not any(name == b"grpc-retry-pushback-ms" for name, _ in other.headers + other.trailers)
 
     run(test)
 

@@ -29,6 +29,7 @@ from modelhost.backends.python.bls import ERRORS_BY_CODE, ModelCalls
 from modelhost.backends.python.ipc import Arena, as_refs, put_tensor, view_tensor
 from modelhost.backends.python.process import (
     FREES_PER_MESSAGE,
+    SentBatch,
     Stub,
     StubFailed,
     StubProtocol,
@@ -210,9 +211,9 @@ class PythonInstance:
             stub.arena.free(segment, offset)
         op = message["op"]
         if op == "executed":
-            on_reply = stub.executing.pop(message["id"], None)
-            if on_reply is not None:
-                on_reply(message)
+            sent = stub.executing.pop(message["id"], None)
+            if sent is not None:
+                sent.on_reply(message)
         elif op == "response":
             self._on_response(stub, message)
         elif op == "log":
@@ -332,7 +333,18 @@ class PythonInstance:
             )
             done([error] * len(jobs))
 
-        stub.executing[batch_id] = on_reply
+        def resend() -> None:
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            if timer is not None:
+                timer.cancel()
+            for key in keys:
+                stub.sinks.pop(key, None)
+            asyncio.get_running_loop().create_task(self._submit_when_ready(jobs, done))
+
+        stub.executing[batch_id] = SentBatch(on_reply, resend)
         try:
             self._send(stub, {"op": "execute", "id": batch_id, "requests": requests})
         except StubFailed as e:
@@ -489,6 +501,7 @@ class PythonInstance:
             self.model_name,
             timeout_us,
         )
+        stub.killed_after_answer = True
         with contextlib.suppress(ProcessLookupError):
             stub.process.send_signal(signal.SIGKILL)  # the loss of its connection then restarts it
 
@@ -505,10 +518,18 @@ class PythonInstance:
             f"'{self.name}' exited unexpectedly (exit code {code}); it is being restarted"
         )
         log.error("%s", error)
-        handlers = list(stub.executing.values())
+        # Restarting before the answers below: a job the pool hands over meanwhile then waits for the new stub.
+        self._restart = asyncio.get_running_loop().create_task(self._restart_stub())
+        sent = list(stub.executing.values())
         stub.executing.clear()
-        for handler in handlers:
-            handler({"error": str(error)})
+        # The stub runs its batches one at a time in the order sent, so only the oldest can have begun: it fails
+        # with its in-flight requests; the rest go to the restarted stub as though never sent. A decoupled model's
+        # execute returns before its responses, so its requests already under way are those of `stub.sinks`.
+        begun = 0 if stub.killed_after_answer else 1
+        for batch in sent[:begun]:
+            batch.on_reply({"error": str(error)})
+        for batch in sent[begun:]:
+            batch.resend()
         for sink in stub.sinks.values():
             sink.put(None, error, final=True)
         stub.sinks.clear()
@@ -516,7 +537,6 @@ class PythonInstance:
             task.cancel()
         self.ctx.services.custom_metrics.forget_stub(stub.number)
         self._kill(stub)
-        self._restart = asyncio.get_running_loop().create_task(self._restart_stub())
 
     async def _restart_stub(self) -> None:
         try:

@@ -50,6 +50,15 @@ class StubFailed(InternalError):
     pass
 
 
+@dataclass(slots=True, frozen=True)
+class SentBatch:
+    """A batch sent to a stub: `on_reply` takes its answer; `resend` hands its jobs to the next stub when this one
+    dies before it began the batch."""
+
+    on_reply: Callable[[dict[str, Any]], None]
+    resend: Callable[[], None]
+
+
 @dataclass(slots=True)
 class Stub:
     """One stub process and the memory and messages that live and die with it."""
@@ -63,12 +72,15 @@ class Stub:
     transport: asyncio.Transport | None = None
     # Blocks of the stub's arena we are done with, sent back with our next message.
     frees: list[tuple[str, int]] = field(default_factory=list)
-    executing: dict[int, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
+    # Batches sent and not yet answered, in the order sent: the stub runs them one at a time in that order.
+    executing: dict[int, SentBatch] = field(default_factory=dict)
     sinks: dict[int, ResponseSink] = field(default_factory=dict)
     # The model's BLS and model-control calls being served, by the id of their message.
     tasks: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     finalized: threading.Event = field(default_factory=threading.Event)
     closing: bool = False
+    # Killed by us for a request timeout, whose batch was answered then: every batch left had not begun.
+    killed_after_answer: bool = False
 
 
 class StubProtocol(asyncio.Protocol):

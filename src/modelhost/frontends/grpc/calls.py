@@ -23,6 +23,8 @@ ACCEPTED_ENCODINGS = b"identity,deflate,gzip"
 # The longest grpc-message sent, in bytes once percent-encoded: well inside the 16 KiB that clients accept for all
 # of a response's metadata.
 MAX_STATUS_MESSAGE = 4096
+# Sent with every UNAVAILABLE (the gRPC retry design's server pushback): try again in a second.
+RETRY_PUSHBACK = (b"grpc-retry-pushback-ms", b"1000")
 # Bytes inflated at a time from a compressed message: its output grows by these steps, never by zlib's doubling.
 _INFLATE_STEP = 1 << 20
 # Characters sent as they are in grpc-message; everything else is percent-encoded (the spec's rule).
@@ -85,6 +87,9 @@ def status_trailers(code: grpc.StatusCode, message: str) -> list[tuple[bytes, by
     trailers = [(b"grpc-status", str(code.value[0]).encode())]
     if message:
         trailers.append((b"grpc-message", _encoded_message(message)))
+    if code is grpc.StatusCode.UNAVAILABLE:
+        # When to try again, as HTTP's Retry-After on a 503; a client with a retry policy waits this long.
+        trailers.append(RETRY_PUSHBACK)
     return trailers
 
 

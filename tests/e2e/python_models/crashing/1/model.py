@@ -1,7 +1,9 @@
-"""OUTPUT0 = INPUT0, unless the optional input CRASH says to die: 1 -> os._exit(1), 9 -> SIGKILL to itself."""
+"""OUTPUT0 = INPUT0, unless the optional input CRASH says to die: 1 -> os._exit(1), 9 -> SIGKILL to itself, 3 -> the
+same after a second (so that other requests are sent to this stub meanwhile)."""
 
 import os
 import signal
+import time
 
 import triton_python_backend_utils as pb_utils
 
@@ -14,7 +16,9 @@ class TritonPythonModel:
             how = int(crash.as_numpy()[0]) if crash is not None else 0
             if how == 1:
                 os._exit(1)
-            if how == 9:
+            if how == 3:
+                time.sleep(1.0)
+            if how in (3, 9):
                 os.kill(os.getpid(), signal.SIGKILL)
             in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
             responses.append(
