@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import select
 import socket
 import threading
 import time
@@ -1214,3 +1215,58 @@ def test_a_flood_of_tiny_chunks_is_read_in_bounded_memory(server: RunningServer)
     answer = send_and_read(server, head + chunks + padding + b"0\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
     assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["outputs"][0]["data"] == [2 * i for i in range(16)]
+
+
+def test_a_client_that_reads_no_answer_holds_back_only_its_own_connection(server: RunningServer) -> None:
+    """Pipelined 256 KB requests from a client that reads none of the answers: the server stops reading from it
+    (32 requests held, then the kernel's buffers are full), so of the 100 MB it tries to send only a bounded part
+    gets in; others are served meanwhile; once it reads, every request it sent is answered, in order."""
+    values = np.arange(32768, dtype=np.float64)
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, values.size],
+                    "datatype": "FP64",
+                    "parameters": {"binary_data_size": values.nbytes},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    body = header + values.tobytes()
+    request = (
+        f"POST {infer_path('identity_fp64')} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+        f"Inference-Header-Content-Length: {len(header)}\r\n\r\n"
+    ).encode() + body
+    stream = request * 400
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=60) as sock:
+        sock.setblocking(False)
+        sent = 0
+        while sent < len(stream):
+            try:
+                sent += sock.send(stream[sent : sent + 65536])
+            except BlockingIOError:
+                _, writable, _ = select.select([], [sock], [], 2.0)
+                if not writable:
+                    break  # the server has stopped reading from this connection
+        assert sent < 50 << 20, f"the server read {sent >> 20} MB from a client that reads nothing"
+        good_request_works(server)  # another client, served meanwhile
+        started = -(-sent // len(request))  # requests begun: the last one may be partly sent
+        sock.setblocking(True)
+        rest = threading.Thread(target=sock.sendall, args=(stream[sent : started * len(request)],))
+        rest.start()
+        reader = sock.makefile("rb")
+        for _ in range(started):
+            head = reader.readline()
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            length = 0
+            while (line := reader.readline()) != b"\r\n":
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            answer = reader.read(length)
+            assert answer.endswith(values.tobytes())
+        rest.join()
+    good_request_works(server)

@@ -41,6 +41,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> P
     (root / "loose_outputs" / "1").mkdir(parents=True)
     (root / "loose_outputs" / "config.pbtxt").write_text(LOOSE_OUTPUTS_CONFIG)
     (root / "loose_outputs" / "1" / "model.py").write_text(LOOSE_OUTPUTS_MODEL)
+    decoupled = root / "response_params_decoupled"
+    shutil.copytree(root / "response_params", decoupled)
+    config = (
+        (decoupled / "config.pbtxt").read_text().replace('"response_params"', '"response_params_decoupled"')
+    )
+    (decoupled / "config.pbtxt").write_text(config + "model_transaction_policy { decoupled: true }\n")
     return root
 
 
@@ -694,6 +700,58 @@ def test_a_crashed_stub_fails_only_the_request_it_was_running(
         assert [f.result().as_numpy("OUTPUT0").tolist() for f in behind] == [[10], [20], [30]]
         assert doomed.result().status() == "500"
     assert http.is_model_ready("crashing")
+
+
+# --- response parameters
+
+
+def grpc_parameters(parameters: Any) -> dict[str, Any]:
+    return {key: getattr(value, value.WhichOneof("parameter_choice")) for key, value in parameters.items()}
+
+
+def test_response_parameters_reach_http_and_grpc_with_their_types(
+    http: httpclient.InferenceServerClient, grpc_client: grpcclient.InferenceServerClient
+) -> None:
+    expected = {"tag": "hello", "count": 3, "doubled": True}
+    for api in (Api("http", httpclient, http), Api("grpc", grpcclient, grpc_client)):
+        result = api.client.infer(
+            "response_params", api.inputs(INPUT0=fp32(1, 2, 3)), parameters={"tag": "hello"}
+        )
+        assert result.as_numpy("OUTPUT0").tolist() == [1, 2, 3]
+        response = result.get_response()
+        if api.name == "http":
+            assert response["parameters"] == expected
+        else:
+            assert grpc_parameters(response.parameters) == expected
+
+
+def test_a_decoupled_models_response_parameters_reach_the_stream(server: RunningServer) -> None:
+    replies: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: replies.put(error or result.get_response()))
+    try:
+        api = Api("grpc", grpcclient, client)
+        client.async_stream_infer(
+            "response_params_decoupled", api.inputs(INPUT0=fp32(5, 6)), parameters={"tag": "streamed"}
+        )
+        got = [grpc_parameters(replies.get(timeout=30).parameters) for _ in range(2)]
+    finally:
+        client.stop_stream()
+        client.close()
+    base = {"tag": "streamed", "count": 2, "doubled": True, "triton_final_response": False}
+    assert got == [base | {"index": 0}, base | {"index": 1}]
+
+
+def test_response_parameters_reach_generate(server: RunningServer) -> None:
+    r = requests.post(
+        f"http://{server.http_url}/v2/models/response_params/generate",
+        json={"INPUT0": [4.0], "parameters": {"tag": "generated"}},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["OUTPUT0"] == 4.0  # one element: a scalar, as Triton answers it
+    assert (body["tag"], body["count"], body["doubled"]) == ("generated", 1, True)
 
 
 # --- custom metrics

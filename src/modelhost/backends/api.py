@@ -38,6 +38,17 @@ from modelhost.types import InferenceRequest, InferenceResponse
 Arrays = dict[str, npt.NDArray[Any]]
 
 
+class Outputs(dict[str, npt.NDArray[Any]]):
+    """A response's tensors with the parameters its model set on it (a python model's
+    `InferenceResponse(parameters=...)`): what a backend returns where a plain `Arrays` has no parameters."""
+
+    __slots__ = ("parameters",)
+
+    def __init__(self, arrays: Arrays, parameters: dict[str, bool | int | float | str]) -> None:
+        super().__init__(arrays)
+        self.parameters = parameters
+
+
 class EngineHandle(Protocol):
     """What a model that calls other models (python BLS, an ensemble's steps) or manages them may ask of the
     engine it runs in. The engine implements it (modelhost.engine.engine.Engine); backends never import the

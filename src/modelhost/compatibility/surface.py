@@ -456,6 +456,16 @@ PYTHON_API: tuple[tuple[Item, str], ...] = (
         "InferenceRequest.exec",
     ),
     (Item("Decoupled models: `InferenceResponseSender`", State.SUPPORTED), "InferenceResponseSender.send"),
+    (
+        Item(
+            "Response parameters: `InferenceResponse(parameters=...)` on HTTP, gRPC and `/generate`",
+            State.SUPPORTED,
+            "",
+            "python-backend.md",
+            test="tests/e2e/test_python_backend.py::test_response_parameters_reach_http_and_grpc_with_their_types",
+        ),
+        "InferenceResponse.parameters",
+    ),
     (Item("Request cancellation: `is_cancelled`", State.SUPPORTED), "InferenceResponseSender.is_cancelled"),
     (Item("Custom metrics: `MetricFamily`, `Metric`", State.SUPPORTED), "MetricFamily"),
     (Item("`Logger`", State.SUPPORTED), "Logger.log_info"),

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from modelhost.backends.api import Arrays, Job, ResponseSink
+from modelhost.backends.api import Arrays, Job, Outputs, ResponseSink
 from modelhost.backends.sequence import server_fed_inputs
 from modelhost.datatypes import NUMPY_TO_WIRE
 from modelhost.engine.classification import classify, read_labels
@@ -325,7 +325,8 @@ class LoadedModel:
                 array = np.asarray(array, dtype=spec.dtype)
             outputs.append(Tensor(name, datatype, list(array.shape), array))
         job.timing.output_ns += time.perf_counter_ns() - started
-        return InferenceResponse(self.name, self.version_str, request.id, outputs)
+        parameters = dict(results.parameters) if isinstance(results, Outputs) else {}
+        return InferenceResponse(self.name, self.version_str, request.id, outputs, parameters)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """The responses of a decoupled model's request, as they come (0..N, then one marked final by the

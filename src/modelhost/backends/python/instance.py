@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from modelhost.backends.api import Arrays, BackendContext, Job
+from modelhost.backends.api import Arrays, BackendContext, Job, Outputs
 from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
 from modelhost.backends.python.bls import ERRORS_BY_CODE, ModelCalls
@@ -416,7 +416,10 @@ class PythonInstance:
         arrays = self._arrays(stub, response)
         if isinstance(arrays, BaseException):
             return arrays
-        return self._check_outputs(job, arrays)
+        checked = self._check_outputs(job, arrays)
+        if isinstance(checked, BaseException):
+            return checked
+        return with_parameters(checked, response)
 
     def _arrays(self, stub: Stub, response: dict[str, Any]) -> Arrays | BaseException:
         """A response's tensors copied out of the stub's memory (whose blocks then go back), or its error."""
@@ -490,7 +493,7 @@ class PythonInstance:
         if isinstance(arrays, BaseException):
             sink.put(None, arrays, final)
         else:
-            sink.put(arrays, None, final)
+            sink.put(with_parameters(arrays, described), None, final)
 
     # -- failures and restarts ---------------------------------------------------------------------------------
 
@@ -600,6 +603,18 @@ class PythonInstance:
             self._send(stub, {"op": "finalize"})
         except StubFailed:
             stub.finalized.set()
+
+
+def with_parameters(arrays: Arrays, response: dict[str, Any]) -> Arrays:
+    """The response's tensors with the parameters the model set on it (a JSON object, as pb_utils keeps them).
+    Only what both protocols can carry: a value that is not a bool, an int64, a float or a string (which a model
+    can set only by passing its own JSON text) is left out."""
+    parameters = {
+        key: value
+        for key, value in json.loads(response.get("parameters") or "{}").items()
+        if isinstance(value, bool | float | str) or (isinstance(value, int) and -(2**63) <= value < 2**63)
+    }
+    return Outputs(arrays, parameters) if parameters else arrays
 
 
 def _close_transport(stub: Stub) -> None:
