@@ -27,6 +27,11 @@ HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
         "shm-growth-byte-size",
         "stub-timeout-seconds",
         "shm-region-prefix-name",
+        # Models' own environments (ours: docs/python-backend.md).
+        "env-cache-dir",
+        "env-index-url",
+        "env-find-links",
+        "env-no-index",
     ),
     # execution-policy and coalesce-request-input are accepted for tritonserver command lines and have no effect
     # (modelhost runs one batch per instance at a time, and copies each request's inputs): docs/backends/tensorrt.md.
@@ -36,6 +41,9 @@ HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
     "tensorrt": ("version-compatible", "plugins", "execution-policy", "coalesce-request-input"),
 }
 TEXT_BACKEND_CONFIG = frozenset({"shm-region-prefix-name"})
+# Settings that are a path or a URL (any text but empty), and booleans.
+LOCATION_BACKEND_CONFIG = frozenset({"env-cache-dir", "env-index-url", "env-find-links"})
+BOOLEAN_BACKEND_CONFIG = frozenset({"env-no-index"})
 # Settings whose values the backend checks when it loads a model (paths, booleans, names).
 BACKEND_CHECKED_CONFIG = frozenset(
     {"version-compatible", "plugins", "execution-policy", "coalesce-request-input"}
@@ -334,6 +342,12 @@ def _backend_config_problems(config: dict[str, dict[str, str]]) -> list[str]:
                 problems.append(f"--backend-config {where} is not supported yet")
             elif key in BACKEND_CHECKED_CONFIG:
                 continue
+            elif key in LOCATION_BACKEND_CONFIG:
+                if not value.strip():
+                    problems.append(f"--backend-config {where} must be a path or a URL, got nothing")
+            elif key in BOOLEAN_BACKEND_CONFIG:
+                if bool_or_none(value) is None:
+                    problems.append(f"--backend-config {where} must be true or false, got {value!r}")
             elif key in TEXT_BACKEND_CONFIG:
                 if not value or "/" in value or any(c.isspace() for c in value):
                     problems.append(

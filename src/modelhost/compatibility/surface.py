@@ -444,7 +444,8 @@ METRIC_CONDITIONS: dict[str, str] = {
 
 # --- Python backend API ----------------------------------------------------------------------------------------
 
-# `symbol`: a name triton_python_backend_utils must have for a supported item (checked by the tests).
+# `symbol`: a name triton_python_backend_utils must have for a supported item (checked by the tests); "" for an
+# item that is a config parameter rather than a name.
 PYTHON_API: tuple[tuple[Item, str], ...] = (
     (
         Item("`TritonPythonModel`: initialize, execute, finalize, auto_complete_config", State.SUPPORTED),
@@ -493,9 +494,11 @@ PYTHON_API: tuple[tuple[Item, str], ...] = (
     ),
     (
         Item(
-            "`EXECUTION_ENV_PATH` (conda-pack environments)",
-            State.NOT_YET,
-            "the model runs in the server's Python",
+            "`EXECUTION_ENV_PATH` (conda-pack environments); beyond Triton, a model's `requirements.txt`",
+            State.SUPPORTED,
+            "a tarball is unpacked once, cached by content; requirements are built with uv, cached by hash",
+            "python-backend.md",
+            test="tests/e2e/test_python_environments.py::test_packed_and_unpacked_environments_run_the_model",
         ),
         "",
     ),

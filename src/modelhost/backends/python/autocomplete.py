@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from modelhost.backends.python.environments import environment_for
 from modelhost.backends.python.process import StubSettings, exchange, spawn_stub
 from modelhost.config.json_form import config_from_json, config_to_json
 from modelhost.errors import ModelConfigError, ModelhostError
@@ -37,7 +38,8 @@ def autocomplete_python(
     if not files:
         return  # the load reports the missing file
     settings = settings or StubSettings()
-    process, sock, _ = spawn_stub(settings, next(_ids))
+    environment = environment_for(config, model_dir, settings.environments)  # built here on a first load
+    process, sock, _ = spawn_stub(settings, next(_ids), environment)
     what = f"model '{config.name}' (auto_complete_config)"
     try:
         reply = exchange(

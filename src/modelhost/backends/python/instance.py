@@ -26,6 +26,7 @@ from modelhost.backends.api import Arrays, BackendContext, Job, Outputs
 from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
 from modelhost.backends.python.bls import ERRORS_BY_CODE, ModelCalls
+from modelhost.backends.python.environments import environment_for
 from modelhost.backends.python.ipc import Arena, as_refs, put_tensor, view_tensor
 from modelhost.backends.python.process import (
     FREES_PER_MESSAGE,
@@ -83,6 +84,7 @@ class PythonInstance:
         self.model_name = ctx.model_name
         self.model_file = model_file
         self.settings = StubSettings.from_backend_config(ctx.backend_config)
+        self.environment = environment_for(ctx.config, ctx.model_dir, self.settings.environments)
         # The model's BLS and model-control calls into the engine.
         self.calls = ModelCalls(self.name, ctx.services, self.settings.stub_timeout_seconds, self._send)
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
@@ -120,7 +122,7 @@ class PythonInstance:
     def _start_stub(self) -> Stub:
         number = next(stub_numbers)
         settings = self.settings
-        process, sock, prefix = spawn_stub(settings, number)
+        process, sock, prefix = spawn_stub(settings, number, self.environment)
         stub = Stub(
             number,
             prefix,

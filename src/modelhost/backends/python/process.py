@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +20,12 @@ from typing import Any
 
 from modelhost.backends.api import ResponseSink
 from modelhost.backends.python import ipc
+from modelhost.backends.python.environments import (
+    SERVER_PYTHON,
+    EnvironmentSettings,
+    PythonEnvironment,
+    stub_variables,
+)
 from modelhost.backends.python.ipc import Arena, FrameReader, SegmentMap
 from modelhost.errors import InternalError, OutOfMemory
 
@@ -35,6 +40,10 @@ class StubSettings:
     shm_growth_byte_size: int = 1 << 20
     stub_timeout_seconds: int = 30
     shm_region_prefix_name: str = "modelhost_python_"
+    # Where models' own environments are built and what they install from (environments.py; ours).
+    environments: EnvironmentSettings = field(
+        default_factory=lambda: EnvironmentSettings.from_backend_config({})
+    )
 
     @classmethod
     def from_backend_config(cls, config: dict[str, str]) -> StubSettings:
@@ -43,6 +52,7 @@ class StubSettings:
             shm_growth_byte_size=int(config.get("shm-growth-byte-size", 1 << 20)),
             stub_timeout_seconds=int(config.get("stub-timeout-seconds", 30)),
             shm_region_prefix_name=config.get("shm-region-prefix-name", "modelhost_python_"),
+            environments=EnvironmentSettings.from_backend_config(config),
         )
 
 
@@ -108,8 +118,11 @@ _swept: set[str] = set()
 FREES_PER_MESSAGE = 64
 
 
-def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[bytes], socket.socket, str]:
-    """A new stub process, the server's end of its socket, and the name prefix of its shared memory."""
+def spawn_stub(
+    settings: StubSettings, stub_id: int, environment: PythonEnvironment = SERVER_PYTHON
+) -> tuple[subprocess.Popen[bytes], socket.socket, str]:
+    """A new stub process under `environment`'s Python, the server's end of its socket, and the name prefix of
+    its shared memory."""
     # Once per prefix: the shared memory a killed server with that prefix left in /dev/shm.
     if settings.shm_region_prefix_name not in _swept:
         _swept.add(settings.shm_region_prefix_name)
@@ -119,7 +132,7 @@ def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[b
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     prefix = f"{settings.shm_region_prefix_name}{os.getpid()}_{stub_id}_"
     command = [
-        sys.executable,
+        environment.python,
         "-m",
         "modelhost.backends.python.stub",
         str(child.fileno()),
@@ -131,7 +144,11 @@ def spawn_stub(settings: StubSettings, stub_id: int) -> tuple[subprocess.Popen[b
         # Its own session: a Ctrl-C or a SIGTERM to the server's process group is the server's to handle; the
         # server then finalizes the model and ends the stub.
         process = subprocess.Popen(
-            command, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True
+            command,
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=stub_variables(environment),
         )
     except BaseException:
         parent.close()
