@@ -271,9 +271,15 @@ def summarize(
         "requests": sum(v["requests"] for w in windows for v in w.loads.values()),
         "errors": errors,
         "errors_in_windows_without_faults": quiet_errors,
+        # RSS swings by the churn model's size (loaded or not at the sample), so one sample against another says
+        # little: the medians and the peaks of the first and last five minutes are compared.
+        "rss_first_5min_median_mib": statistics.median(w.rss_mib for w in first),
+        "rss_last_5min_median_mib": statistics.median(w.rss_mib for w in last),
+        "rss_change": statistics.median(w.rss_mib for w in last) / statistics.median(w.rss_mib for w in first) - 1,
+        "rss_first_5min_peak_mib": max(w.rss_mib for w in first),
+        "rss_last_5min_peak_mib": max(w.rss_mib for w in last),
         "rss_first_mib": warm[0].rss_mib,
         "rss_last_mib": warm[-1].rss_mib,
-        "rss_change": warm[-1].rss_mib / warm[0].rss_mib - 1,
         "p99_first_5min_ms": p99(first),
         "p99_last_5min_ms": p99(last),
         "p99_ratio": p99(last) / p99(first),

@@ -86,7 +86,6 @@ _OTHER_STATE = 'input_name: "c" output_name: "d" data_type: TYPE_INT32 dims: [1]
 NOT_SUPPORTED_EXAMPLES = {
     "model_operations": 'model_operations { op_library_filename: "libcustom.so" }',
     "model_repository_agents": 'model_repository_agents { agents [ { name: "checksum" } ] }',
-    "sequence_batching.iterative_sequence": "sequence_batching { iterative_sequence: true }",
     "sequence_batching.oldest.preserve_ordering": "sequence_batching { oldest { preserve_ordering: true } }",
     "sequence_batching.state.use_same_buffer_for_input_output": (
         f"sequence_batching {{ state [ {{ {_STATE} use_same_buffer_for_input_output: true }} ] }}"

@@ -702,6 +702,74 @@ def test_a_crashed_stub_fails_only_the_request_it_was_running(
     assert http.is_model_ready("crashing")
 
 
+# --- iterative sequences (request rescheduling)
+
+
+def test_an_iterative_sequence_runs_a_request_until_the_model_releases_it(server: RunningServer) -> None:
+    """A decoupled model hands its request back after each response; each execution sees the same sequence id
+    (one of the server's: the request has none), START on the first only."""
+    replies: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: replies.put(error or result))
+    try:
+        for count in (3, 2):  # two requests, two sequences
+            inputs = Api("grpc", grpcclient, client).inputs(IN=np.array([count], np.int32))
+            client.async_stream_infer("countdown", inputs)
+        got = [replies.get(timeout=30) for _ in range(5)]
+    finally:
+        client.stop_stream()
+        client.close()
+    answers = [(int(r.as_numpy("OUT")[0]), grpc_parameters(r.get_response().parameters)) for r in got]
+    sequences = {p["sequence"] for _, p in answers}
+    assert len(sequences) == 2 and 0 not in sequences
+    by_sequence = {s: [(out, p["first"]) for out, p in answers if p["sequence"] == s] for s in sequences}
+    assert sorted(by_sequence.values()) == [[(1, True), (0, False)], [(2, True), (1, False), (0, False)]]
+    assert all(p["triton_final_response"] == (out == 0) for out, p in answers)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_rescheduled_request_is_answered_by_its_next_execution(
+    server: RunningServer, protocol: str
+) -> None:
+    a, b = fp32(1, 2, 3, 4), fp32(10, 20, 30, 40)
+
+    def infer(_: int) -> Any:  # a client per thread: tritonclient's HTTP client is not thread-safe
+        if protocol == "http":
+            client: Any = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+            return Api("http", httpclient, client).infer("reschedule_once", INPUT0=a, INPUT1=b)
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            return Api("grpc", grpcclient, client).infer("reschedule_once", INPUT0=a, INPUT1=b)
+
+    with ThreadPoolExecutor(3) as pool:  # one instance: the three sequences take its slot in turn
+        results = list(pool.map(infer, range(3)))
+    for result in results:
+        assert result.as_numpy("OUTPUT0").tolist() == [11, 22, 33, 44]
+        assert result.as_numpy("RUNS").tolist() == [2]
+
+
+def test_a_response_for_a_rescheduled_request_breaks_the_contract(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    error = failure(
+        lambda: Api("http", httpclient, http).infer("reschedule_answered", INPUT0=fp32(1, 2, 3, 4))
+    )
+    assert error.status() == "500"
+    assert (
+        "Expected a None object in the execute function return list for reschduled request" in error.message()
+    )
+
+
+def test_rescheduling_outside_an_iterative_sequence_is_refused(
+    http: httpclient.InferenceServerClient,
+) -> None:
+    error = failure(
+        lambda: Api("http", httpclient, http).infer("reschedule_unscheduled", INPUT0=fp32(1, 2, 3, 4))
+    )
+    assert error.status() == "500"
+    assert "only an iterative sequence can run again" in error.message()
+    assert "'reschedule_unscheduled'" in error.message()
+
+
 # --- response parameters
 
 

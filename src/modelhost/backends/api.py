@@ -49,6 +49,14 @@ class Outputs(dict[str, npt.NDArray[Any]]):
         self.parameters = parameters
 
 
+class Rescheduled(dict[str, npt.NDArray[Any]]):
+    """The outcome of a job whose model handed its request back to be run again (a python model's
+    `set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`): no answer yet; the sequence batcher of an
+    iterative sequence runs it again."""
+
+    __slots__ = ()
+
+
 class EngineHandle(Protocol):
     """What a model that calls other models (python BLS, an ensemble's steps) or manages them may ask of the
     engine it runs in. The engine implements it (modelhost.engine.engine.Engine); backends never import the
@@ -133,6 +141,9 @@ class Job:
     sink: ResponseSink | None = None
     # Set by a request-level instance while it runs the job: tells the model its caller went away.
     on_cancel: Callable[[], None] | None = None
+    # The correlation id and flags the model sees, where the sequence batcher sets them (an iterative sequence's
+    # own id; no START once rescheduled); None: the request's own.
+    sequence: tuple[int | str, int] | None = None
 
 
 JobOutcomes = list[Arrays | BaseException]

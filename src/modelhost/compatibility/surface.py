@@ -486,11 +486,13 @@ PYTHON_API: tuple[tuple[Item, str], ...] = (
     ),
     (
         Item(
-            "`set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)`",
-            State.NOT_YET,
-            "recorded, not acted on (iterative sequences fail their load)",
+            "`set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)` and iterative sequences",
+            State.SUPPORTED,
+            "",
+            "sequence-batching.md",
+            test="tests/e2e/test_python_backend.py::test_an_iterative_sequence_runs_a_request_until_the_model_releases_it",
         ),
-        "",
+        "InferenceRequest.set_release_flags",
     ),
     (
         Item(

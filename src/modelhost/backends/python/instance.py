@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from modelhost.backends.api import Arrays, BackendContext, Job, Outputs
+from modelhost.backends.api import Arrays, BackendContext, Job, Outputs, Rescheduled
 from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
 from modelhost.backends.python.bls import ERRORS_BY_CODE, ModelCalls
@@ -88,6 +88,7 @@ class PythonInstance:
         # The model's BLS and model-control calls into the engine.
         self.calls = ModelCalls(self.name, ctx.services, self.settings.stub_timeout_seconds, self._send)
         self.decoupled = bool(ctx.config.model_transaction_policy.decoupled)
+        self.iterative = bool(ctx.config.sequence_batching.iterative_sequence)
         self.outputs: dict[str, TensorSpec] = output_specs(ctx.config)
         self.max_batch_size = int(ctx.config.max_batch_size)
         kind = group_kind(group)
@@ -375,11 +376,31 @@ class PythonInstance:
                 stub.sinks.pop(key, None)
             failure = InternalError(reply["error"])
             return [failure] * len(jobs)
-        if self.decoupled:
-            return [{} for _ in jobs]  # the responses travel through each job's sink
-        return [
-            self._outputs(stub, job, response) for job, response in zip(jobs, reply["responses"], strict=True)
-        ]
+        rescheduled = set(reply.get("rescheduled") or ())
+        outcomes: list[Arrays | BaseException] = []
+        for index, (job, key) in enumerate(zip(jobs, keys, strict=True)):
+            if index in rescheduled:
+                outcomes.append(self._rescheduled(stub, key))
+            elif self.decoupled:
+                outcomes.append({})  # the responses travel through the job's sink
+            else:
+                outcomes.append(self._outputs(stub, job, reply["responses"][index]))
+        return outcomes
+
+    def _rescheduled(self, stub: Stub, key: int) -> Arrays | BaseException:
+        """A request the model handed back: run again by an iterative sequence's batcher (which hands it, and
+        its response sink, to the stub anew), refused by any other scheduler."""
+        sink = stub.sinks.pop(key, None)
+        if self.iterative:
+            return Rescheduled()
+        error = InternalError(
+            f"model '{self.model_name}' released a request with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, which "
+            "only an iterative sequence can run again: set sequence_batching { iterative_sequence: true } in its "
+            "config"
+        )
+        if sink is not None:
+            sink.put(None, error, final=True)
+        return error
 
     def _describe(self, stub: Stub, key: int, job: Job) -> dict[str, Any]:
         request = job.request
@@ -395,7 +416,7 @@ class PythonInstance:
         )
         # Triton hands every request its correlation id and flags, sequence model or not; they are not among
         # the request's parameters() there.
-        correlation_id, flags = sequence_params(request)
+        correlation_id, flags = job.sequence if job.sequence is not None else sequence_params(request)
         return {
             "key": key,
             "model_version": self.ctx.version,

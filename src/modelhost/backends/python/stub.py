@@ -387,13 +387,22 @@ class Stub:
             requests = [self._request(r) for r in message["requests"]]  # inputs onto a GPU can fail
             executed = True
             returned = self._call(self.model.execute, requests)
+            rescheduled = [
+                i
+                for i, r in enumerate(requests)
+                if r._release_flags() & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+            ]
             if not self.decoupled:
-                reply["responses"] = self._responses(requests, keys, returned)
+                reply["responses"] = self._responses(requests, keys, returned, set(rescheduled))
             elif returned is not None:  # its responses go through the senders; these would be lost unsaid
                 raise ExecuteError(
                     f"Python model '{self.instance_name}' is using the decoupled mode and the execute function "
                     "must return None."
                 )
+            if rescheduled:
+                reply["rescheduled"] = rescheduled
+                for index in rescheduled:  # run again, the server sends its inputs anew
+                    self._release_inputs(keys[index])
         except BaseException as e:
             reply["error"] = (
                 f"Failed to process the request(s) for model '{self.instance_name}', message: {error_text(e)}"
@@ -436,10 +445,10 @@ class Stub:
             self.release_server_block(ref.segment, ref.offset)
 
     def _responses(
-        self, requests: list[pb_utils.InferenceRequest], keys: list[int], returned: Any
+        self, requests: list[pb_utils.InferenceRequest], keys: list[int], returned: Any, rescheduled: set[int]
     ) -> list[dict[str, Any] | None]:
-        if returned is None and all(k in self._sent for k in keys):
-            return [self._sent[k] for k in keys]  # every response went through its sender
+        if returned is None and all(k in self._sent or i in rescheduled for i, k in enumerate(keys)):
+            return [self._sent.get(k) for k in keys]  # every response went through its sender
         if not isinstance(returned, list | tuple):
             raise ExecuteError(
                 f"Expected a list in the execute return, received type '{type(returned).__name__}'."
@@ -450,7 +459,15 @@ class Stub:
                 f"InferenceRequest(s) size is:{len(keys)}, and InferenceResponse(s) size is:{len(returned)}\n"
             )
         described: list[dict[str, Any] | None] = []
-        for request, key, response in zip(requests, keys, returned, strict=True):
+        for index, (request, key, response) in enumerate(zip(requests, keys, returned, strict=True)):
+            if index in rescheduled:
+                if response is not None:  # Triton's words, its spelling included
+                    raise ExecuteError(
+                        "Expected a None object in the execute function return list for reschduled request, got "
+                        f"{type(response)}"
+                    )
+                described.append(None)
+                continue
             if response is None:
                 described.append(self._sent.get(key))
                 continue

@@ -11,7 +11,11 @@ Triton's semantics, as far as they go here (docs/sequence-batching.md lists the 
   preferred size going at once, otherwise waiting up to `oldest.max_queue_delay_microseconds`;
 - sequences beyond the slots wait in a backlog, in arrival order, for a slot to free up (at END, at idle release
   after `max_sequence_idle_microseconds`, or when a queued request of the sequence is cancelled);
-- control inputs (START, END, READY, CORRID) and implicit state (`state[]`) are fed by the server.
+- control inputs (START, END, READY, CORRID) and implicit state (`state[]`) are fed by the server;
+- `iterative_sequence`: a request without a sequence id is a sequence of its own (an id from a counter of the
+  batcher's, START), and a request its model hands back (a python model's `set_release_flags(RESCHEDULE)`) runs
+  again in its slot, its flags cleared and its state kept, until the model releases it for good, which ends that
+  sequence (Triton's GenerativeSequencer).
 
 Test hooks, as Triton's: `TRITONSERVER_DELAY_SCHEDULER=N` holds every execution until N requests are queued in
 slots, `TRITONSERVER_BACKLOG_DELAY_SCHEDULER=M` until M requests wait in the backlog (Triton reads the latter only
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import os
 import time
@@ -34,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc.model_config_pb2 import ModelSequenceBatching
 
-from modelhost.backends.api import Arrays, Job, JobOutcomes
+from modelhost.backends.api import Arrays, Job, JobOutcomes, Rescheduled
 from modelhost.backends.sequence import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -162,6 +167,8 @@ class SequenceBatcher:
         self._delay_n = _env_count("TRITONSERVER_DELAY_SCHEDULER")
         self._backlog_delay_n = _env_count("TRITONSERVER_BACKLOG_DELAY_SCHEDULER")
         self._closed = False
+        self.iterative = bool(sb.iterative_sequence)
+        self._iterative_ids = itertools.count(1)  # as Triton's: shown to the model, never looked up
 
     # -- queueing --------------------------------------------------------------------------------------------------
 
@@ -185,13 +192,18 @@ class SequenceBatcher:
         if job.batch_size > 1:
             raise batch_size_error(self.name)
         corrid, flags = sequence_params(job.request)
-        if corrid == 0 or corrid == "":
+        own = self.iterative and (corrid == 0 or corrid == "")
+        if own:  # a sequence of its own, which ends when the model releases the request for good
+            corrid, flags = next(self._iterative_ids), SEQUENCE_START
+            job.sequence = (corrid, flags)
+        elif corrid == 0 or corrid == "":
             raise correlation_id_error(self.name)
-        sequence = self._live.get(corrid)
+        sequence = None if own else self._live.get(corrid)
         if sequence is None:
             if not flags & SEQUENCE_START:
                 raise start_error(corrid, self.name)
-            sequence = self._new_sequence(corrid)
+            sequence = self._new_sequence(corrid, listed=not own)
+            sequence.closing = own  # nothing joins it; its slot is freed once its one request is done
         # A START on a live sequence (its END never came) goes on in the same slot, its state reset (Triton).
         now = time.perf_counter_ns()
         request = _Request(job, flags, asyncio.get_running_loop().create_future(), now, sequence)
@@ -211,9 +223,10 @@ class SequenceBatcher:
             if not request.taken:  # the caller went away while queued
                 self._abandon(request)
 
-    def _new_sequence(self, corrid: CorrelationId) -> _Sequence:
+    def _new_sequence(self, corrid: CorrelationId, listed: bool = True) -> _Sequence:
         sequence = _Sequence(corrid)
-        self._live[corrid] = sequence
+        if listed:  # found by its id by its later requests
+            self._live[corrid] = sequence
         if self._free:
             slot, lane = self._free.pop()
             self._assign(sequence, self._lanes[lane], slot)
@@ -605,6 +618,9 @@ class SequenceBatcher:
         sequence = request.sequence
         sequence.running -= 1
         sequence.last_ns = time.perf_counter_ns()
+        if isinstance(answer, Rescheduled) and not request.future.done() and not self._closed:
+            self._run_again(request)
+            return
         if not request.future.done():  # the caller may have gone away while it ran
             if isinstance(answer, BaseException):
                 request.future.set_exception(answer)
@@ -613,6 +629,20 @@ class SequenceBatcher:
         if sequence.queue and sequence.lane is not None:
             self._wake(sequence.lane)  # its next request may go now
         self._maybe_release(sequence)
+
+    def _run_again(self, request: _Request) -> None:
+        """A request its model handed back: queued again in its sequence, neither START nor END (Triton)."""
+        sequence = request.sequence
+        request.flags = 0
+        request.job.sequence = (sequence.corrid, 0)
+        request.taken = False
+        request.enqueued_ns = sequence.last_ns
+        sequence.queue.append(request)
+        if sequence.lane is None:
+            self._in_backlog += 1
+        else:
+            self._in_slots += 1
+        self._wake(sequence.lane)
 
     # -- unload ------------------------------------------------------------------------------------------------
 
