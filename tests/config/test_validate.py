@@ -81,19 +81,9 @@ def test_core_rules(text: str, pattern: str) -> None:
 
 
 # One config setting each field that fails the load (config.validate.FIELDS_NOT_SUPPORTED).
-_STATE = 'input_name: "a" output_name: "b" data_type: TYPE_INT32 dims: [1]'
-_OTHER_STATE = 'input_name: "c" output_name: "d" data_type: TYPE_INT32 dims: [1]'
 NOT_SUPPORTED_EXAMPLES = {
     "model_operations": 'model_operations { op_library_filename: "libcustom.so" }',
     "model_repository_agents": 'model_repository_agents { agents [ { name: "checksum" } ] }',
-    "sequence_batching.oldest.preserve_ordering": "sequence_batching { oldest { preserve_ordering: true } }",
-    "sequence_batching.state.use_same_buffer_for_input_output": (
-        f"sequence_batching {{ state [ {{ {_STATE} use_same_buffer_for_input_output: true }} ] }}"
-    ),
-    # The second state sets it: any element of a repeated field counts.
-    "sequence_batching.state.use_growable_memory": (
-        f"sequence_batching {{ state [ {{ {_STATE} }}, {{ {_OTHER_STATE} use_growable_memory: true }} ] }}"
-    ),
 }
 
 

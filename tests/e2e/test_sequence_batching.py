@@ -65,6 +65,44 @@ def add_onnx_state_accumulator(
     )
 
 
+def add_onnx_growing_state(repo: Path, name: str = "onnx_growing_state") -> None:
+    """STATE_OUT = STATE_IN with INPUT appended (the state grows by one element a step), OUTPUT = its sum and
+    LENGTH = its length: a history kept by the server, in growable memory that it never copies."""
+    int32, int64 = TensorProto.INT32, TensorProto.INT64
+    graph = helper.make_graph(
+        [
+            helper.make_node("Concat", ["STATE_IN", "INPUT"], ["STATE_OUT"], axis=0),
+            helper.make_node("ReduceSum", ["STATE_OUT", "AXES"], ["OUTPUT"], keepdims=1),
+            helper.make_node("Shape", ["STATE_OUT"], ["LENGTH"]),
+        ],
+        "growing_state",
+        [
+            helper.make_tensor_value_info("INPUT", int32, [1]),
+            helper.make_tensor_value_info("STATE_IN", int32, ["n"]),
+        ],
+        [
+            helper.make_tensor_value_info("OUTPUT", int32, [1]),
+            helper.make_tensor_value_info("LENGTH", int64, [1]),
+            helper.make_tensor_value_info("STATE_OUT", int32, ["m"]),
+        ],
+        initializer=[helper.make_tensor("AXES", int64, [1], [0])],
+    )
+    save(graph, repo / name / "1" / "model.onnx")
+    write_config(
+        repo / name,
+        'backend: "onnxruntime"\nmax_batch_size: 0\n'
+        'input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },\n'
+        '         { name: "LENGTH" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+        "sequence_batching {\n"
+        '  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ -1 ]\n'
+        "            use_same_buffer_for_input_output: true use_growable_memory: true\n"
+        '            initial_state [ { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } ] } ]\n'
+        "}\n"
+        "instance_group [ { count: 2 kind: KIND_CPU } ]\n",  # a slot each for the test's two sequences
+    )
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("sequence_repo")
@@ -72,6 +110,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) ->
         if (model / "config.pbtxt").exists():
             shutil.copytree(model, repo / model.name)
     add_onnx_state_accumulator(repo)
+    add_onnx_growing_state(repo)
     # One slot in all (Triton's L0_request_cancellation implicit state model): a second sequence waits in the
     # backlog; the idle release is far off, so that only an END frees the slot.
     add_onnx_state_accumulator(
@@ -199,6 +238,45 @@ def test_queued_requests_of_a_backlogged_sequence_read_the_state_their_predecess
     client.close()
     assert not errors
     assert answers == {"a1": 100, "a2": 100, "b1": 1, "b2": 3, "b3": 6, "b4": 10}
+
+
+def test_a_backlogged_sequence_whose_request_times_out_is_rejected(api: Api) -> None:
+    """Triton's L0_sequence_batcher request-timeout rule: a timeout expires only while the sequence waits in the
+    backlog, and then rejects it whole; its next request has no sequence to join."""
+    holder, late = (21, 22) if api.name == "http" else ("hold", "late")
+    step(api, "onnx_state_one_slot", holder, 5, start=True)  # takes the only slot and keeps it
+    try:
+        inputs = api.inputs(INPUT=np.array([[1]], dtype=np.int32))
+        error = failure(
+            lambda: api.client.infer(
+                "onnx_state_one_slot", inputs, sequence_id=late, sequence_start=True, timeout=200_000
+            )
+        )
+        assert error.status() == api.status(503, grpc.StatusCode.UNAVAILABLE)
+        assert error.message() == "timeout of the corresponding sequence has been expired"
+        error = failure(lambda: step(api, "onnx_state_one_slot", late, 2, end=True))
+        assert "must specify the START flag on the first request of the sequence" in error.message()
+        # In its slot, a request waits without a deadline: the holder goes on.
+        inputs = api.inputs(INPUT=np.array([[1]], dtype=np.int32))
+        result = api.client.infer("onnx_state_one_slot", inputs, sequence_id=holder, timeout=1)
+        assert int(result.as_numpy("OUTPUT")[0, 0]) == 6
+    finally:
+        step(api, "onnx_state_one_slot", holder, 0, end=True)
+
+
+def test_implicit_state_in_growable_memory_grows_step_by_step(api: Api) -> None:
+    corrids = (31, 32) if api.name == "http" else ("grow-a", "grow-b")
+    got: dict[Any, list[tuple[int, int]]] = {c: [] for c in corrids}
+    for step_number in range(1, 6):
+        for offset, corrid in enumerate(corrids):
+            inputs = api.inputs(INPUT=np.array([step_number * (offset + 1)], dtype=np.int32))
+            result = api.client.infer(
+                "onnx_growing_state", inputs, sequence_id=corrid, sequence_start=step_number == 1,
+                sequence_end=step_number == 5,
+            )  # fmt: skip
+            got[corrid].append((int(result.as_numpy("OUTPUT")[0]), int(result.as_numpy("LENGTH")[0])))
+    assert got[corrids[0]] == [(1, 2), (3, 3), (6, 4), (10, 5), (15, 6)]  # the initial 0, then 1..5
+    assert got[corrids[1]] == [(2, 2), (6, 3), (12, 4), (20, 5), (30, 6)]
 
 
 def test_metadata_leaves_out_server_fed_inputs(api: Api) -> None:

@@ -540,9 +540,9 @@ FEATURES: tuple[Item, ...] = (
         test="tests/e2e/test_dynamic_batching.py::test_concurrent_requests_run_as_one_batch",
     ),
     Item(
-        "Sequence batching: direct and oldest, implicit state",
-        State.PARTLY,
-        "not yet: request timeouts and priorities in the sequence batcher; the config fields in the table above",
+        "Sequence batching: direct and oldest, implicit state, timeouts, preserve_ordering, growable state",
+        State.SUPPORTED,
+        "not for decoupled models: oldest.preserve_ordering; implicit state of a python model",
         "sequence-batching.md",
         test="tests/e2e/test_sequence_batching.py::test_many_concurrent_sequences_beyond_the_slots",
     ),

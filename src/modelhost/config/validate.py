@@ -135,9 +135,6 @@ def _check_model_metrics(config: ModelConfig) -> None:
 FIELDS_NOT_SUPPORTED: dict[str, str] = {
     "model_operations": "custom operation libraries (op_library_filename) are not loaded",
     "model_repository_agents": "repository agents (such as Triton's checksum agent) are not run",
-    "sequence_batching.oldest.preserve_ordering": "the oldest strategy does not keep answers in arrival order",
-    "sequence_batching.state.use_same_buffer_for_input_output": "implicit state always has its own buffers",
-    "sequence_batching.state.use_growable_memory": "implicit state is not held in growable memory",
 }
 
 

@@ -727,3 +727,91 @@ def test_a_retired_instance_keeps_its_sequence_to_its_end_and_takes_no_new_one()
         assert len(staying.batches) == 2 and len(leaving.batches) == 3
 
     run(go())
+
+
+def test_a_backlogged_sequence_whose_request_times_out_is_rejected_whole() -> None:
+    """Triton's rule: a request's timeout expires only while its sequence waits in the backlog; then every request
+    the sequence queued fails, and the sequence is forgotten. A sequence in a slot waits without a deadline."""
+    manual = Manual()
+    b, _ = make("sequence_batching { max_sequence_idle_microseconds: 60000000 }", manual)  # one slot
+
+    async def go() -> None:
+        holder = asyncio.create_task(b.execute(job(1, start=True)))
+        await until(lambda: len(manual.calls) == 1)
+        waiting = [
+            asyncio.create_task(b.execute(job(2, start=True), timeout_us=20_000)),
+            asyncio.create_task(b.execute(job(2), timeout_us=10_000_000)),
+        ]
+        # In the slot, a request with a deadline long past still runs.
+        manual.answer(0)
+        await holder
+        in_slot = asyncio.create_task(b.execute(job(1), timeout_us=1))
+        for request in waiting:
+            with pytest.raises(
+                Unavailable, match=r"^timeout of the corresponding sequence has been expired$"
+            ):
+                await asyncio.wait_for(request, 30)
+        assert b.live_sequences() == 1  # sequence 2 is gone
+        await until(lambda: len(manual.calls) == 2)
+        manual.answer(1)
+        await in_slot
+        with pytest.raises(InvalidArgument, match=r"sequence 2 .* must specify the START flag"):
+            await b.execute(job(2, end=True))
+
+    run(go())
+
+
+def test_preserve_ordering_answers_in_arrival_order_across_sequences() -> None:
+    first, second = Manual("first"), Manual("second")
+    b, _ = make(
+        "sequence_batching { oldest { max_candidate_sequences: 1 preserve_ordering: true } }", first, second
+    )  # a slot on each instance: the two sequences run side by side
+
+    async def go() -> None:
+        a = asyncio.create_task(b.execute(job(1, 10, start=True)))
+        await until(lambda: len(first.calls) + len(second.calls) == 1)
+        c = asyncio.create_task(b.execute(job(2, 20, start=True)))
+        await until(lambda: len(first.calls) + len(second.calls) == 2)
+        later = second if second.calls and corrid_of(second.calls[0]) == 2 else first
+        earlier = first if later is second else second
+        later.answer(0)  # the later request finishes first...
+        await asyncio.sleep(0.05)
+        assert not c.done()  # ...and waits for the earlier one's answer
+        earlier.answer(0)
+        assert (await a)["OUT"].tolist() == [[10]]
+        assert (await c)["OUT"].tolist() == [[20]]
+
+    run(go())
+
+
+def test_preserve_ordering_lets_a_failed_earlier_request_pass() -> None:
+    first, second = Manual("first"), Manual("second")
+    b, _ = make(
+        "sequence_batching { oldest { max_candidate_sequences: 1 preserve_ordering: true } }", first, second
+    )
+
+    async def go() -> None:
+        a = asyncio.create_task(b.execute(job(1, 10, start=True)))
+        await until(lambda: len(first.calls) + len(second.calls) == 1)
+        c = asyncio.create_task(b.execute(job(2, 20, start=True)))
+        await until(lambda: len(first.calls) + len(second.calls) == 2)
+        later = second if second.calls and corrid_of(second.calls[0]) == 2 else first
+        earlier = first if later is second else second
+        later.answer(0)
+        earlier.answer(0, InternalError("boom"))
+        with pytest.raises(InternalError):
+            await a
+        assert (await c)["OUT"].tolist() == [[20]]
+
+    run(go())
+
+
+def test_preserve_ordering_is_refused_for_a_decoupled_model() -> None:
+    with pytest.raises(
+        ModelConfigError, match="preserve_ordering is not supported for decoupled model 'seq'"
+    ):
+        make(
+            "model_transaction_policy { decoupled: true } "
+            "sequence_batching { oldest { preserve_ordering: true } }",
+            Manual(),
+        )

@@ -11,7 +11,13 @@ Triton's semantics, as far as they go here (docs/sequence-batching.md lists the 
   preferred size going at once, otherwise waiting up to `oldest.max_queue_delay_microseconds`;
 - sequences beyond the slots wait in a backlog, in arrival order, for a slot to free up (at END, at idle release
   after `max_sequence_idle_microseconds`, or when a queued request of the sequence is cancelled);
+- a request's `timeout` applies to a sequence in the backlog only: once the earliest deadline of its queued
+  requests passes, every request it has queued fails (UNAVAILABLE, Triton's "timeout of the corresponding sequence
+  has been expired") and the sequence is forgotten, so its later requests fail for want of START; a request's
+  priority is not looked at (Triton's sequence batcher ignores it too);
 - control inputs (START, END, READY, CORRID) and implicit state (`state[]`) are fed by the server;
+- `oldest.preserve_ordering`: answers leave in the order their requests arrived, across sequences (an answer
+  waits for those of earlier requests); not for decoupled models, whose responses stream as they come;
 - `iterative_sequence`: a request without a sequence id is a sequence of its own (an id from a counter of the
   batcher's, START), and a request its model hands back (a python model's `set_release_flags(RESCHEDULE)`) runs
   again in its slot, its flags cleared and its state kept, until the model releases it for good, which ends that
@@ -83,6 +89,7 @@ def start_error(corrid: CorrelationId, model: str) -> InvalidArgument:
 
 _CANCELLED = "sequence {} of model '{}' was cancelled: a request of it went away while queued"
 _UNLOADED = "model '{}' was unloaded while the request waited in its sequence batcher"
+_EXPIRED = "timeout of the corresponding sequence has been expired"  # Triton's words
 
 
 # -- bookkeeping -------------------------------------------------------------------------------------------------
@@ -96,6 +103,8 @@ class _Request:
     enqueued_ns: int
     sequence: _Sequence
     taken: bool = False  # in an execution, answered, or dropped
+    # oldest.preserve_ordering: its answer, held until every request that arrived before it has its own.
+    answer: Arrays | BaseException | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -108,6 +117,8 @@ class _Sequence:
     last_ns: int = 0
     running: int = 0
     closing: bool = False  # END queued, released or cancelled: no request joins it any more
+    # In the backlog: when the earliest timeout of its queued requests passes (perf_counter_ns; 0: none).
+    expires_ns: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -164,10 +175,19 @@ class SequenceBatcher:
         self._in_slots = 0  # requests queued in slots
         self._in_backlog = 0  # requests queued in the backlog
         self._reaper: asyncio.Task[None] | None = None
+        self._reaper_wake = asyncio.Event()  # a backlogged sequence's deadline came sooner
         self._delay_n = _env_count("TRITONSERVER_DELAY_SCHEDULER")
         self._backlog_delay_n = _env_count("TRITONSERVER_BACKLOG_DELAY_SCHEDULER")
         self._closed = False
         self.iterative = bool(sb.iterative_sequence)
+        # Answers in arrival order across sequences (Triton's oldest.preserve_ordering): held in `_in_order`.
+        self.preserve_ordering = self.oldest and bool(sb.oldest.preserve_ordering)
+        if self.preserve_ordering and config.model_transaction_policy.decoupled:
+            raise ModelConfigError(
+                f"sequence_batching.oldest.preserve_ordering is not supported for decoupled model '{self.name}': "
+                "its responses stream as they come"
+            )
+        self._in_order: collections.deque[_Request] = collections.deque()
         self._iterative_ids = itertools.count(1)  # as Triton's: shown to the model, never looked up
 
     # -- queueing --------------------------------------------------------------------------------------------------
@@ -208,12 +228,19 @@ class SequenceBatcher:
         now = time.perf_counter_ns()
         request = _Request(job, flags, asyncio.get_running_loop().create_future(), now, sequence)
         sequence.queue.append(request)
+        if self.preserve_ordering:
+            self._in_order.append(request)
         sequence.last_ns = now
         if flags & SEQUENCE_END:
             sequence.closing = True
             del self._live[corrid]
         if sequence.lane is None:
             self._in_backlog += 1
+            if timeout_us > 0:
+                deadline = now + timeout_us * 1000
+                if not sequence.expires_ns or deadline < sequence.expires_ns:
+                    sequence.expires_ns = deadline
+                    self._reaper_wake.set()
         else:
             self._in_slots += 1
         self._wake(sequence.lane)
@@ -304,6 +331,7 @@ class SequenceBatcher:
                 continue
             self._in_backlog -= len(waiting.queue)
             self._in_slots += len(waiting.queue)
+            waiting.expires_ns = 0  # in a slot, its requests wait without a deadline (Triton)
             self._assign(waiting, lane, slot)
             self._wake(lane)
             return
@@ -366,9 +394,16 @@ class SequenceBatcher:
                         self._maybe_release(sequence)
                     else:
                         wait_ns = min(wait_ns, remaining)
+            for sequence in list(self._backlog):
+                if not sequence.expires_ns:
+                    continue
+                if sequence.expires_ns <= now:
+                    self._cancel(sequence, Unavailable(_EXPIRED))
+                else:
+                    wait_ns = min(wait_ns, sequence.expires_ns - now)
             if not held:
                 return
-            await asyncio.sleep(wait_ns / 1e9)
+            await _wait(self._reaper_wake, wait_ns / 1e9)
 
     # -- batch forming ----------------------------------------------------------------------------------------
 
@@ -394,9 +429,10 @@ class SequenceBatcher:
             return []
         heads.sort(key=lambda r: r.enqueued_ns)
         if len(heads) > 1 and not self.pool.request_level:
-            # Rows are concatenated: only requests whose inputs have the oldest one's shapes go together.
-            key = batch_key(heads[0].job.inputs)
-            heads = [r for r in heads if batch_key(r.job.inputs) == key]
+            # Rows are concatenated: only requests whose inputs (and states, which may grow step by step) have
+            # the oldest one's shapes go together.
+            key = self._shapes(heads[0])
+            heads = [r for r in heads if self._shapes(r) == key]
         if self.oldest:
             if len(heads) >= self.max_rows or force or not self.delay_ns:
                 return heads[: self.max_rows]
@@ -412,6 +448,11 @@ class SequenceBatcher:
         if len(heads) / len(lane.slots) >= self.min_utilization:
             return heads
         return None
+
+    @staticmethod
+    def _shapes(request: _Request) -> tuple[Any, ...]:
+        state = request.sequence.state
+        return (batch_key(request.job.inputs), *((name, state[name].shape) for name in sorted(state)))
 
     async def _next_batch(self, lane: _Lane) -> list[_Request]:
         while True:
@@ -596,10 +637,15 @@ class SequenceBatcher:
     def _keep_state(self, sequence: _Sequence, outputs: Arrays, row: int | None) -> None:
         for state in self.states:
             value = outputs.get(state.output_name)
-            if value is not None:
-                # A copy: the batch's output buffer must not stay alive for one row of it.
-                row_value = value if row is None else value[row : row + 1]
-                sequence.state[state.input_name] = np.array(row_value, dtype=state.initial.dtype)
+            if value is None:
+                continue
+            if row is None:
+                # The model's output is the next input as it is: no copy, however large the state grows
+                # (use_same_buffer_for_input_output, use_growable_memory).
+                sequence.state[state.input_name] = np.asarray(value, dtype=state.initial.dtype)
+            else:
+                # A copy of the row: the batch's output buffer must not stay alive for one row of it.
+                sequence.state[state.input_name] = np.array(value[row : row + 1], dtype=state.initial.dtype)
 
     def _complete_requests(
         self,
@@ -621,14 +667,25 @@ class SequenceBatcher:
         if isinstance(answer, Rescheduled) and not request.future.done() and not self._closed:
             self._run_again(request)
             return
-        if not request.future.done():  # the caller may have gone away while it ran
-            if isinstance(answer, BaseException):
-                request.future.set_exception(answer)
-            else:
-                request.future.set_result(answer)
+        if self.preserve_ordering:
+            request.answer = answer
+            self._answer_in_order()
+        else:
+            _answer(request, answer)
         if sequence.queue and sequence.lane is not None:
             self._wake(sequence.lane)  # its next request may go now
         self._maybe_release(sequence)
+
+    def _answer_in_order(self) -> None:
+        """Answer the requests at the front of the arrival order that have their answers (or were answered
+        already: failed while queued, or gone)."""
+        while self._in_order:
+            first = self._in_order[0]
+            if first.answer is None and not first.future.done():
+                return
+            self._in_order.popleft()
+            if first.answer is not None:
+                _answer(first, first.answer)
 
     def _run_again(self, request: _Request) -> None:
         """A request its model handed back: queued again in its sequence, neither START nor END (Triton)."""
@@ -666,6 +723,15 @@ class SequenceBatcher:
         self._live.clear()
         if self._reaper is not None:
             self._reaper.cancel()
+
+
+def _answer(request: _Request, answer: Arrays | BaseException) -> None:
+    if request.future.done():  # the caller may have gone away while it ran
+        return
+    if isinstance(answer, BaseException):
+        request.future.set_exception(answer)
+    else:
+        request.future.set_result(answer)
 
 
 async def _wait(event: asyncio.Event, timeout: float | None) -> None:
