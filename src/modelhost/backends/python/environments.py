@@ -209,12 +209,14 @@ def _requirements_environment(
         if (root / _COMPLETE).exists():
             log.info("%s: using %s", what, root)
         else:
-            _build_venv(root, requirements, settings, what)
-    _resolved[key] = _checked(environment, what)
+            _build_venv(root, requirements, settings, what, environment)
+    _resolved[key] = environment
     return environment
 
 
-def _build_venv(root: Path, requirements: Path, settings: EnvironmentSettings, what: str) -> None:
+def _build_venv(
+    root: Path, requirements: Path, settings: EnvironmentSettings, what: str, environment: PythonEnvironment
+) -> None:
     from uv import find_uv_bin
 
     uv = find_uv_bin()
@@ -241,6 +243,11 @@ def _build_venv(root: Path, requirements: Path, settings: EnvironmentSettings, w
     # The server's numpy behind the environment's own packages: a .pth line is appended to sys.path.
     site = next((root / "lib").glob("python3*/site-packages"))
     (site / "_modelhost_server_numpy.pth").write_text(f"{_numpy_path(settings)}\n")
+    try:  # once, at the build: a requirement may break what the stub needs (numpy, say)
+        _checked(environment, what)
+    except ModelConfigError:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     (root / _COMPLETE).touch()
     log.info("%s: built", what)
 
