@@ -52,7 +52,36 @@ def repo(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> P
         '  { model_name: "other" model_version: -1 input_map { key: "INPUT0" value: "mid" }'
         ' output_map { key: "OUTPUT0" value: "OUTPUT0" } } ] }\n'
     )
+    # A python model whose BLS call to `identity` carries its request's trace (Triton's way to trace BLS).
+    (root / "bls_caller" / "1").mkdir(parents=True)
+    (root / "bls_caller" / "config.pbtxt").write_text(
+        'backend: "python" max_batch_size: 8\n'
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+    )
+    (root / "bls_caller" / "1" / "model.py").write_text(BLS_CALLER)
     return root
+
+
+BLS_CALLER = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="identity",
+                inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0")],
+                requested_output_names=["OUTPUT0"],
+                trace=request.trace(),
+            )
+            answer = call.exec()
+            out = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0")
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out.as_numpy())]))
+        return responses
+"""
 
 
 class TraceFileServer:
@@ -156,6 +185,7 @@ def test_trace_file_written_at_shutdown(traced: TraceFileServer) -> None:
     http.close()
     http = httpclient.InferenceServerClient(traced.server.http_url)
     http.infer("pair", _inputs(httpclient), request_id="e1")
+    http.infer("bls_caller", _inputs(httpclient, 3.0), request_id="b1")
     http.close()
     grpc_client = grpcclient.InferenceServerClient(traced.server.grpc_url)
     grpc_client.infer("identity", _inputs(grpcclient), request_id="g1")
@@ -190,6 +220,14 @@ def test_trace_file_written_at_shutdown(traced: TraceFileServer) -> None:
     children = [items[0] for items in by_id.values() if items[0].get("parent_id") == ensemble["id"]]
     assert sorted(c["model_name"] for c in children) == ["identity", "other"]
     assert all(c["request_id"] == "e1" for c in children)
+    # A python model's BLS request made with `trace=request.trace()` is traced as a child of its request.
+    caller = next(items for items in by_id.values() if items[0].get("model_name") == "bls_caller")
+    (bls,) = [items for items in by_id.values() if items[0].get("parent_id") == caller[0]["id"]]
+    assert bls[0]["model_name"] == "identity" and bls[0]["request_id"] == "b1"
+    bls_times = {item["timestamps"][0]["name"]: item["timestamps"][0]["ns"] for item in bls[1:]}
+    caller_times = {item["timestamps"][0]["name"]: item["timestamps"][0]["ns"] for item in caller[1:]}
+    assert caller_times["COMPUTE_START"] <= bls_times["REQUEST_START"] <= bls_times["REQUEST_END"]
+    assert bls_times["REQUEST_END"] <= caller_times["COMPUTE_END"]  # within its caller's execution
 
 
 # --- OpenTelemetry, to a collector on loopback

@@ -504,7 +504,16 @@ PYTHON_API: tuple[tuple[Item, str], ...] = (
         ),
         "",
     ),
-    (Item("`request.trace()`, BLS calls as child traces", State.NOT_YET), ""),
+    (
+        Item(
+            "`request.trace()`, BLS calls as child traces",
+            State.SUPPORTED,
+            "`get_context()` gives the client's trace context",
+            "tracing.md",
+            test="tests/e2e/test_tracing.py::test_trace_file_written_at_shutdown",
+        ),
+        "InferenceRequest.trace",
+    ),
 )
 
 
@@ -573,11 +582,13 @@ FEATURES: tuple[Item, ...] = (
         "Tracing: Triton trace files, OpenTelemetry", State.SUPPORTED, "", "tracing.md", flag="trace-config"
     ),
     Item(
-        "Tracing: custom activities, python `request.trace()`, BLS child traces",
-        State.NOT_YET,
+        "Tracing: python `request.trace()`, BLS child traces",
+        State.SUPPORTED,
         "",
         "tracing.md",
+        test="tests/e2e/test_tracing.py::test_trace_file_written_at_shutdown",
     ),
+    Item("Tracing: custom activities a model records", State.NOT_YET, "", "tracing.md"),
     Item("System shared memory", State.SUPPORTED, "", "shared-memory.md", flag="allow-client-shm"),
     Item(
         "CUDA shared memory",

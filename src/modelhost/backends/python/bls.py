@@ -77,12 +77,16 @@ class ModelCalls:
         self.services = services
         self.stub_timeout_s = stub_timeout_s
         self._send = send
+        # The traces of the traced requests the model is running, by id: its BLS requests that name one (through
+        # `trace=request.trace()`) are traced as that trace's children.
+        self.traces: dict[int, Any] = {}
 
     async def on_bls(self, stub: Stub, message: dict[str, Any]) -> None:
         """Run a model's BLS request through the server. Whatever happens, the model gets a final reply (an
         error one, if need be): a model waiting for a reply that never comes would hang its instance."""
         server = self.services.engine
         reply_id, model = message["id"], message["model"]
+        child = None
         try:
             request = self._request(stub, message)
             if server is None:
@@ -97,6 +101,9 @@ class ModelCalls:
                     "using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' "
                     "or 'async_exec' calls for decoupled models.'"
                 )
+            parent = self.traces.get(message.get("trace_id") or 0)
+            if parent is not None:  # a child of the calling request's trace, as Triton's BLS traces are
+                child = request.trace = server.tracer.child(parent, model, request.model_version or "-1")
             if message["decoupled"]:
                 async for response in server.infer_stream(request):
                     midway = response.error if isinstance(response.error, ModelhostError) else None
@@ -113,6 +120,9 @@ class ModelCalls:
         except Exception as e:  # a fault of ours: still an answer for the model, and a trace in the log
             log.exception("BLS request of model instance '%s' to '%s' failed", self.name, model)
             error = InternalError(f"{type(e).__name__}: {e}")
+        finally:
+            if child is not None and server is not None:
+                server.tracer.finish(child)
         # Triton's wording: the model called, then what went wrong; returned to the model, never raised.
         wrapped = type(error)(f"Model {model} - Error when running inference: {error}")
         with contextlib.suppress(StubFailed):  # only if our own stub has gone meanwhile

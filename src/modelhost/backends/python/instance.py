@@ -371,6 +371,9 @@ class PythonInstance:
     def _outcomes(
         self, stub: Stub, jobs: list[Job], keys: list[int], reply: dict[str, Any]
     ) -> list[Arrays | BaseException]:
+        for job in jobs:
+            if job.request is not None and job.request.trace is not None:
+                self.calls.traces.pop(job.request.trace.id, None)
         if reply.get("error"):
             for key in keys:
                 stub.sinks.pop(key, None)
@@ -417,6 +420,9 @@ class PythonInstance:
         # Triton hands every request its correlation id and flags, sequence model or not; they are not among
         # the request's parameters() there.
         correlation_id, flags = job.sequence if job.sequence is not None else sequence_params(request)
+        trace = None if request is None else request.trace
+        if trace is not None:  # its BLS requests are traced as its children while it runs
+            self.calls.traces[trace.id] = trace
         return {
             "key": key,
             "model_version": self.ctx.version,
@@ -427,6 +433,7 @@ class PythonInstance:
             "flags": flags,
             "timeout": 0 if request is None else request.timeout_us,
             "parameters": json.dumps(parameters) if parameters else "{}",
+            **({} if trace is None else {"trace_id": trace.id, "trace_context": trace_context(trace)}),
         }
 
     def _cancel(self, stub: Stub, key: int) -> None:
@@ -626,6 +633,14 @@ class PythonInstance:
             self._send(stub, {"op": "finalize"})
         except StubFailed:
             stub.finalized.set()
+
+
+def trace_context(trace: Any) -> str | None:
+    """What `request.trace().get_context()` gives the model: the W3C context of the client's request (its
+    `traceparent`), as Triton's OpenTelemetry mode gives it; None in Triton's mode."""
+    if trace.settings.mode != "opentelemetry" or not trace.traceparent:
+        return None
+    return json.dumps({"traceparent": trace.traceparent})
 
 
 def with_parameters(arrays: Arrays, response: dict[str, Any]) -> Arrays:

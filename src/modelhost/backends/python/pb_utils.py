@@ -646,10 +646,12 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """A request's trace; get_context() is the OpenTelemetry context as a JSON string, or None."""
+    """A request's trace; get_context() is the OpenTelemetry context as a JSON string, or None. Handed to a BLS
+    request (`InferenceRequest(..., trace=request.trace())`), it makes that request's trace a child of this one."""
 
-    def __init__(self, context: str | None = None) -> None:
+    def __init__(self, context: str | None = None, trace_id: int = 0) -> None:
         self._context = context
+        self._id = trace_id  # the server's id of the request's trace; 0: not traced
 
     def get_context(self) -> str | None:
         return self._context or None
@@ -832,6 +834,7 @@ class InferenceRequest:
         parameters_json: str,
         decoupled: bool,
         trace_context: str | None = None,
+        trace_id: int = 0,
     ) -> InferenceRequest:
         """A request from the server for `execute` (for the stub). `key` names it to the runtime; the values
         are taken as they are, without the BLS constructor's checks."""
@@ -847,7 +850,7 @@ class InferenceRequest:
             flags=flags,
             timeout=timeout,
             preferred_memory=PreferredMemory(_MEMORY_DEFAULT, 0),
-            trace=InferenceTrace(trace_context),
+            trace=InferenceTrace(trace_context, trace_id),
             parameters_json=parameters_json or "{}",
             decoupled=decoupled,
         )

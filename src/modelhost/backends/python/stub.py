@@ -438,6 +438,8 @@ class Stub:
             timeout=data["timeout"],
             parameters_json=data["parameters"],
             decoupled=self.decoupled,
+            trace_context=data.get("trace_context"),
+            trace_id=data.get("trace_id", 0),
         )
 
     def _release_inputs(self, key: int) -> None:
@@ -534,6 +536,7 @@ class Stub:
             "timeout": timeout_us or request.timeout(),
             "parameters": request.parameters(),
             "decoupled": decoupled,
+            "trace_id": request.trace()._id,  # a child of that request's trace, when it is traced
         }
 
     def exec_bls(self, request: pb_utils.InferenceRequest, decoupled: bool, timeout_us: int) -> Any:
