@@ -71,6 +71,8 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
+            request.trace().report_activity("PREPARE_START")
+            request.trace().report_activity("PREPARE_END")
             call = pb_utils.InferenceRequest(
                 model_name="identity",
                 inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0")],
@@ -228,6 +230,9 @@ def test_trace_file_written_at_shutdown(traced: TraceFileServer) -> None:
     caller_times = {item["timestamps"][0]["name"]: item["timestamps"][0]["ns"] for item in caller[1:]}
     assert caller_times["COMPUTE_START"] <= bls_times["REQUEST_START"] <= bls_times["REQUEST_END"]
     assert bls_times["REQUEST_END"] <= caller_times["COMPUTE_END"]  # within its caller's execution
+    # The custom activities the model recorded, in its trace, within its execution.
+    assert caller_times["COMPUTE_START"] <= caller_times["PREPARE_START"] <= caller_times["PREPARE_END"]
+    assert caller_times["PREPARE_END"] <= bls_times["REQUEST_START"]
 
 
 # --- OpenTelemetry, to a collector on loopback
@@ -295,3 +300,28 @@ def test_opentelemetry_spans_reach_the_collector_as_children_of_the_caller(
     assert [e.name for e in compute.events] == [n for n in HTTP_STAMPS if n.startswith("COMPUTE_")]
     attributes = {a.key: a.value.string_value for a in model.attributes}
     assert attributes["triton.model_name"] == "identity"
+
+
+def test_opentelemetry_custom_activities_and_bls_calls_are_spans_under_the_model(
+    repo: Path, collector: str, tmp_path: Path
+) -> None:
+    flags = [
+        "--trace-config=mode=opentelemetry",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config=rate=1",
+        f"--trace-config=opentelemetry,url={collector}",
+        "--trace-config=opentelemetry,bsp_schedule_delay=50",
+    ]
+    _Collector.spans.clear()
+    with running_server([repo], tmp_path / "server.log", *flags) as server:
+        http = httpclient.InferenceServerClient(server.http_url)
+        http.infer("bls_caller", _inputs(httpclient), headers={"traceparent": TRACEPARENT})
+        http.close()
+        assert server.stop() == 0  # flushes the batch
+    spans = {span.name: span for span in _Collector.spans}
+    caller = spans["bls_caller"]
+    # The model's PREPARE_START / PREPARE_END make a span PREPARE; its BLS call is the called model's span.
+    assert spans["PREPARE"].parent_span_id == caller.span_id
+    assert spans["identity"].parent_span_id == caller.span_id
+    assert spans["PREPARE"].end_time_unix_nano <= spans["identity"].start_time_unix_nano
+    assert all(span.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c" for span in _Collector.spans)

@@ -588,7 +588,13 @@ FEATURES: tuple[Item, ...] = (
         "tracing.md",
         test="tests/e2e/test_tracing.py::test_trace_file_written_at_shutdown",
     ),
-    Item("Tracing: custom activities a model records", State.NOT_YET, "", "tracing.md"),
+    Item(
+        "Tracing: custom activities a model records",
+        State.SUPPORTED,
+        "a python model's `request.trace().report_activity(...)` (ours)",
+        "tracing.md",
+        test="tests/e2e/test_tracing.py::test_opentelemetry_custom_activities_and_bls_calls_are_spans_under_the_model",
+    ),
     Item("System shared memory", State.SUPPORTED, "", "shared-memory.md", flag="allow-client-shm"),
     Item(
         "CUDA shared memory",

@@ -221,6 +221,10 @@ class PythonInstance:
             self._on_response(stub, message)
         elif op == "log":
             self._on_log(message)
+        elif op == "trace_activity":  # a custom activity, in a request that is still running
+            trace = self.calls.traces.get(message["trace"])
+            if trace is not None:
+                trace.stamp(str(message["name"]), int(message["ns"]))
         elif op in ("metric_family", "metric", "metric_update", "metric_value"):
             self._on_metric(stub, message)
         elif op in ("bls", "control"):

@@ -199,6 +199,10 @@ class Runtime(Protocol):
 
     def metric_value(self, metric_id: int) -> float: ...
 
+    def trace_activity(self, trace_id: int, name: str, ns: int) -> None:
+        """A custom activity at `ns` (time.monotonic_ns, the server's clock too) in the server's trace `trace_id`."""
+        ...
+
     def model_control(self, op: str, model_name: str, **kwargs: Any) -> Any:
         """op "load" (config: str, files: dict[str, bytes]) -> None; "unload" (unload_dependents: bool) -> None;
         "is_ready" (model_version: str, "" for the latest) -> bool."""
@@ -655,6 +659,18 @@ class InferenceTrace:
 
     def get_context(self) -> str | None:
         return self._context or None
+
+    def report_activity(self, name: str, timestamp_ns: int | None = None) -> None:
+        """Record a custom activity in the request's trace, now or at `timestamp_ns` (`time.monotonic_ns()`), as a
+        C backend does with TRITONSERVER_InferenceTraceReportActivity (modelhost's; Triton's python backend has no
+        such call). In OpenTelemetry mode `<X>_START` and `<X>_END` make a span `<X>`. A request that is not
+        traced ignores it."""
+        if not isinstance(name, str) or not name or len(name) > 128:
+            raise TritonModelException("report_activity(): name must be a string of 1 to 128 characters")
+        if self._id and _runtime is not None:
+            _runtime.trace_activity(
+                self._id, name, time.monotonic_ns() if timestamp_ns is None else timestamp_ns
+            )
 
 
 def _parameters_json(parameters: Mapping[str, Any] | str | None) -> str:

@@ -614,6 +614,9 @@ class Stub:
             return
         self.channel_send({"op": "log", "level": level, "message": message, "file": filename, "line": line})
 
+    def trace_activity(self, trace_id: int, name: str, ns: int) -> None:
+        self.channel_send({"op": "trace_activity", "trace": trace_id, "name": name, "ns": ns})
+
     def register_metric_family(self, name: str, description: str, kind: str) -> None:
         self.channel_send({"op": "metric_family", "name": name, "description": description, "kind": kind})
 

@@ -121,6 +121,10 @@ class TritonFileSink:
 
 # Where a timestamp goes among Triton's OpenTelemetry spans: the frontend's on the request's root span
 # ("InferRequest"), the backend's on the "compute" span, the rest on the model's span.
+# The model span's own activities (events of it); any other `<X>_START` / `<X>_END` is a custom activity.
+_MODEL_ACTIVITIES = frozenset({"REQUEST_START", "QUEUE_START", "REQUEST_END"})
+
+
 def _is_frontend(name: str) -> bool:
     return name.startswith(("HTTP_", "GRPC_")) or name == "INFER_RESPONSE_COMPLETE"
 
@@ -212,9 +216,9 @@ class OpenTelemetrySink:
                 "triton.request_id": trace.request_id,
             },
         )
-        for name, ns in events:
-            span.add_event(name, timestamp=ns + self.offset)
         inside = self.in_context(span)
+        for name, ns in self._custom_spans(events, inside):
+            span.add_event(name, timestamp=ns + self.offset)
         self.exported[trace.id] = inside
         while len(self.exported) > _MAX_WAITING_PARENTS:
             self.exported.pop(next(iter(self.exported)))
@@ -229,6 +233,25 @@ class OpenTelemetrySink:
             if child.timestamps:
                 self._model_span(child, inside)
         span.end(end_time=max(times) + self.offset)
+
+    def _custom_spans(self, events: list[tuple[str, int]], context: Any) -> list[tuple[str, int]]:
+        """Custom activities `<X>_START` ... `<X>_END` become spans `<X>` under the model's span (Triton's rule
+        for a backend's activities); the other stamps are returned, to be the model span's events."""
+        rest: list[tuple[str, int]] = []
+        opened: dict[str, int] = {}
+        for name, ns in events:
+            if name.endswith("_START") and name not in _MODEL_ACTIVITIES:
+                opened[name.removesuffix("_START")] = ns
+            elif name.endswith("_END") and name.removesuffix("_END") in opened:
+                label = name.removesuffix("_END")
+                custom = self.tracer.start_span(
+                    label, context=context, start_time=opened.pop(label) + self.offset
+                )
+                custom.end(end_time=ns + self.offset)
+            else:
+                rest.append((name, ns))
+        rest.extend((f"{label}_START", ns) for label, ns in opened.items())  # never ended: an event
+        return sorted(rest, key=lambda stamp: stamp[1])
 
     def close(self) -> None:
         self.provider.shutdown()  # flushes what is batched
