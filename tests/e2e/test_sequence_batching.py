@@ -279,6 +279,28 @@ def test_implicit_state_in_growable_memory_grows_step_by_step(api: Api) -> None:
     assert got[corrids[1]] == [(2, 2), (6, 3), (12, 4), (20, 5), (30, 6)]
 
 
+def test_preserve_ordering_answers_in_arrival_order(server: RunningServer) -> None:
+    """A slow request of one sequence, then a fast one of another on the other instance: the fast one finishes
+    first, and is answered second."""
+    answers: list[str] = []
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(lambda result, error: answers.append(error or result.get_response().id))
+    for request_id, corrid, sleep_ms in (("slow", 41, 600), ("fast", 42, 1)):
+        inputs = [grpcclient.InferInput("INPUT", [1, 1], "INT32")]
+        inputs[0].set_data_from_numpy(np.array([[sleep_ms]], dtype=np.int32))
+        client.async_stream_infer(
+            "py_ordered",
+            inputs,
+            request_id=request_id,
+            sequence_id=corrid,
+            sequence_start=True,
+            sequence_end=True,
+        )
+    client.stop_stream()  # waits for both answers
+    client.close()
+    assert answers == ["slow", "fast"]
+
+
 def test_metadata_leaves_out_server_fed_inputs(api: Api) -> None:
     metadata = api.client.get_model_metadata("onnx_state_acc")
     names = (

@@ -551,7 +551,7 @@ FEATURES: tuple[Item, ...] = (
     Item(
         "Sequence batching: direct and oldest, implicit state, timeouts, preserve_ordering, growable state",
         State.SUPPORTED,
-        "not for decoupled models: oldest.preserve_ordering; implicit state of a python model",
+        "not yet: implicit state of a python model (it keeps its own, by correlation id)",
         "sequence-batching.md",
         test="tests/e2e/test_sequence_batching.py::test_many_concurrent_sequences_beyond_the_slots",
     ),

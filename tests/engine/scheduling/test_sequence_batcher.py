@@ -17,7 +17,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.backends.api import Arrays, Job, JobOutcomes
+from modelhost.backends.api import Arrays, Job, JobOutcomes, ResponseSink
 from modelhost.backends.sequence import SEQUENCE_END, SEQUENCE_START, sequence_params, server_fed_inputs
 from modelhost.engine.scheduling.instances import InstancePool
 from modelhost.engine.scheduling.sequence_batcher import SequenceBatcher
@@ -806,12 +806,37 @@ def test_preserve_ordering_lets_a_failed_earlier_request_pass() -> None:
     run(go())
 
 
-def test_preserve_ordering_is_refused_for_a_decoupled_model() -> None:
-    with pytest.raises(
-        ModelConfigError, match="preserve_ordering is not supported for decoupled model 'seq'"
-    ):
-        make(
-            "model_transaction_policy { decoupled: true } "
-            "sequence_batching { oldest { preserve_ordering: true } }",
-            Manual(),
-        )
+def test_preserve_ordering_holds_a_decoupled_requests_responses_until_earlier_ones_end() -> None:
+    first, second = Manual("first"), Manual("second")
+    b, _ = make(
+        "model_transaction_policy { decoupled: true } "
+        "sequence_batching { oldest { max_candidate_sequences: 1 preserve_ordering: true } }",
+        first,
+        second,
+    )
+
+    async def go() -> None:
+        sinks = [ResponseSink(), ResponseSink()]
+        jobs = [job(1, 10, start=True), job(2, 20, start=True)]
+        for j, sink in zip(jobs, sinks, strict=True):
+            j.sink = sink
+        a = asyncio.create_task(b.execute(jobs[0]))
+        await until(lambda: len(first.calls) + len(second.calls) == 1)
+        c = asyncio.create_task(b.execute(jobs[1]))
+        await until(lambda: len(first.calls) + len(second.calls) == 2)
+        sent = {corrid_of(call): call[0][0] for call in first.calls + second.calls}
+        sent[2].sink.put({"OUT": np.array([[20]])}, final=True)  # the later request answers first: held
+        assert sinks[1]._queue.empty()
+        sent[1].sink.put({"OUT": np.array([[10]])})  # the earlier one streams through at once
+        assert (await sinks[0].get()).outputs["OUT"].tolist() == [[10]]
+        assert sinks[1]._queue.empty()
+        sent[1].sink.put(None, final=True)  # its end lets the later one's response go
+        assert (await sinks[0].get()).final
+        item = await sinks[1].get()
+        assert item.final and item.outputs["OUT"].tolist() == [[20]]
+        for manual in (first, second):
+            manual.answer(0, {})
+        await a
+        await c
+
+    run(go())

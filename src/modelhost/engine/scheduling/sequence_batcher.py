@@ -17,7 +17,8 @@ Triton's semantics, as far as they go here (docs/sequence-batching.md lists the 
   priority is not looked at (Triton's sequence batcher ignores it too);
 - control inputs (START, END, READY, CORRID) and implicit state (`state[]`) are fed by the server;
 - `oldest.preserve_ordering`: answers leave in the order their requests arrived, across sequences (an answer
-  waits for those of earlier requests); not for decoupled models, whose responses stream as they come;
+  waits for those of earlier requests; a decoupled model's responses to a request wait until every earlier
+  request has had its final one);
 - `iterative_sequence`: a request without a sequence id is a sequence of its own (an id from a counter of the
   batcher's, START), and a request its model hands back (a python model's `set_release_flags(RESCHEDULE)`) runs
   again in its slot, its flags cleared and its state kept, until the model releases it for good, which ends that
@@ -45,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc.model_config_pb2 import ModelSequenceBatching
 
-from modelhost.backends.api import Arrays, Job, JobOutcomes, Rescheduled
+from modelhost.backends.api import Arrays, Job, JobOutcomes, Rescheduled, ResponseSink
 from modelhost.backends.sequence import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -182,12 +183,8 @@ class SequenceBatcher:
         self.iterative = bool(sb.iterative_sequence)
         # Answers in arrival order across sequences (Triton's oldest.preserve_ordering): held in `_in_order`.
         self.preserve_ordering = self.oldest and bool(sb.oldest.preserve_ordering)
-        if self.preserve_ordering and config.model_transaction_policy.decoupled:
-            raise ModelConfigError(
-                f"sequence_batching.oldest.preserve_ordering is not supported for decoupled model '{self.name}': "
-                "its responses stream as they come"
-            )
         self._in_order: collections.deque[_Request] = collections.deque()
+        self._streams_in_order: collections.deque[_OrderedSink] = collections.deque()  # decoupled requests'
         self._iterative_ids = itertools.count(1)  # as Triton's: shown to the model, never looked up
 
     # -- queueing --------------------------------------------------------------------------------------------------
@@ -226,6 +223,9 @@ class SequenceBatcher:
             sequence.closing = own  # nothing joins it; its slot is freed once its one request is done
         # A START on a live sequence (its END never came) goes on in the same slot, its state reset (Triton).
         now = time.perf_counter_ns()
+        ordered: _OrderedSink | None = None
+        if self.preserve_ordering and job.sink is not None:  # a decoupled model's request: its responses held
+            ordered = job.sink = _OrderedSink(job.sink, self._streams_in_order)
         request = _Request(job, flags, asyncio.get_running_loop().create_future(), now, sequence)
         sequence.queue.append(request)
         if self.preserve_ordering:
@@ -246,6 +246,10 @@ class SequenceBatcher:
         self._wake(sequence.lane)
         try:
             return await request.future
+        except BaseException:
+            if ordered is not None:  # failed: the engine says so at once, and the requests after it go on
+                ordered.abandon()
+            raise
         finally:
             if not request.taken:  # the caller went away while queued
                 self._abandon(request)
@@ -723,6 +727,53 @@ class SequenceBatcher:
         self._live.clear()
         if self._reaper is not None:
             self._reaper.cancel()
+
+
+class _OrderedSink(ResponseSink):
+    """oldest.preserve_ordering for a decoupled model: what the model sends for one request, passed on to the
+    request's own sink once every request that arrived before it has sent its final response (held till then)."""
+
+    def __init__(self, target: ResponseSink, order: collections.deque[_OrderedSink]) -> None:
+        super().__init__()
+        self.target = target
+        self.order = order
+        self.held: list[tuple[Arrays | None, BaseException | None, bool]] = []
+        order.append(self)
+        target.on_cancel = self._cancel_model  # the caller went away: the model hears of it, as without us
+
+    def _cancel_model(self) -> None:
+        if self.on_cancel is not None:
+            self.on_cancel()
+
+    def put(self, outputs: Arrays | None, error: BaseException | None = None, final: bool = False) -> None:
+        if self.finished:
+            return
+        self.finished = final
+        if self.order and self.order[0] is self:
+            self.target.put(outputs, error, final)
+            if final:
+                self._next()
+        else:
+            self.held.append((outputs, error, final))
+
+    def abandon(self) -> None:
+        """The request failed without its final response: it holds back nobody any more."""
+        self.finished = True
+        self.held.clear()
+        if self.order and self.order[0] is self:
+            self._next()
+
+    def _next(self) -> None:
+        """This request is done: the next ones pass on what they hold, each done one making way for the next."""
+        self.order.popleft()
+        while self.order:
+            front = self.order[0]
+            for outputs, error, final in front.held:
+                front.target.put(outputs, error, final)
+            front.held.clear()
+            if not front.finished:
+                return
+            self.order.popleft()
 
 
 def _answer(request: _Request, answer: Arrays | BaseException) -> None:
