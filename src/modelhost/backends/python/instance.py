@@ -298,6 +298,15 @@ class PythonInstance:
         if self._failure is not None or (self._restart is not None and not self._restart.done()):
             asyncio.get_running_loop().create_task(self._submit_when_ready(jobs, done))
             return
+        traced = [j.request.trace.id for j in jobs if j.request is not None and j.request.trace is not None]
+        if traced:  # their traces take the model's BLS calls and activities until the batch is answered
+
+            def forget_traces(outcomes: list[Arrays | BaseException], answer: Any = done) -> None:
+                for trace_id in traced:
+                    self.calls.traces.pop(trace_id, None)
+                answer(outcomes)
+
+            done = forget_traces
         stub = self._stub
         batch_id = next(self._ids)
         requests: list[dict[str, Any]] = []
@@ -375,9 +384,6 @@ class PythonInstance:
     def _outcomes(
         self, stub: Stub, jobs: list[Job], keys: list[int], reply: dict[str, Any]
     ) -> list[Arrays | BaseException]:
-        for job in jobs:
-            if job.request is not None and job.request.trace is not None:
-                self.calls.traces.pop(job.request.trace.id, None)
         if reply.get("error"):
             for key in keys:
                 stub.sinks.pop(key, None)
