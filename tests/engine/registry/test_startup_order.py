@@ -79,3 +79,32 @@ def test_a_composing_model_that_fails_is_tried_and_logged_once(
         assert "not available or ambiguous: simple_ensemble" in status["outer"], status
     finally:
         registry.close()
+
+
+def test_a_fault_while_reading_a_config_fails_that_model_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of ours in config reading (an auto-complete hook raising TypeError, say) must not end the server's
+    start: that model fails to load, with the error, and the others serve."""
+    caplog.set_level(logging.INFO, logger="modelhost")
+    repo = tmp_path / "repo"
+    for name in ("simple", "identity_fp32"):
+        shutil.copytree(EXAMPLES / name, repo / name)
+    read_config = ModelRegistry._read_config
+
+    def faulty(self: ModelRegistry, model_dir: Path, override: object, name: str = "") -> object:
+        if name == "identity_fp32":
+            raise TypeError("can only concatenate str (not 'NoneType') to str")
+        return read_config(self, model_dir, override, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ModelRegistry, "_read_config", faulty)
+    registry = _start(repo)
+    try:
+        status = {model: state for model, _, state in registry.status_rows()}
+        assert status["simple"] == "READY", status
+        assert status["identity_fp32"].startswith("UNAVAILABLE"), status
+        assert (
+            "failed to read the configuration of model 'identity_fp32': TypeError(" in status["identity_fp32"]
+        )
+    finally:
+        registry.close()

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,12 +215,33 @@ def _requirements_environment(
     return environment
 
 
+_uv_lock = threading.Lock()
+
+
+def _uv_binary() -> str:
+    """uv's executable: next to this Python (where pip puts the `uv` package's binary), else where the package
+    says (under a lock: its lookup reads sysconfig, whose first use is not thread-safe), else on PATH."""
+    beside = Path(sys.executable).with_name("uv")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    with _uv_lock:
+        try:
+            from uv import find_uv_bin
+
+            return str(find_uv_bin())
+        except (ImportError, FileNotFoundError, TypeError):
+            found = shutil.which("uv")
+    if found is None:
+        raise ModelConfigError(
+            "uv, which builds python models' environments, is not installed (pip install uv)"
+        )
+    return found
+
+
 def _build_venv(
     root: Path, requirements: Path, settings: EnvironmentSettings, what: str, environment: PythonEnvironment
 ) -> None:
-    from uv import find_uv_bin
-
-    uv = find_uv_bin()
+    uv = _uv_binary()
     log.info("%s: building in %s", what, root)
     shutil.rmtree(root, ignore_errors=True)
     steps = [

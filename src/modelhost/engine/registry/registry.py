@@ -65,6 +65,7 @@ from modelhost.engine.registry.warmup import run_warmup
 from modelhost.engine.scheduling.instances import InstancePool
 from modelhost.engine.scheduling.rate_limiter import InstanceNeeds, needs_of
 from modelhost.errors import (
+    InternalError,
     InvalidArgument,
     ModelConfigError,
     ModelhostError,
@@ -330,7 +331,13 @@ class ModelRegistry:
                 )  # the files are those it was loaded from
             elif override is None:
                 entry.seen = seen
-            config = await asyncio.to_thread(self._read_config, model_dir, override, name)
+            try:
+                config = await asyncio.to_thread(self._read_config, model_dir, override, name)
+            except ModelhostError:
+                raise
+            except Exception as e:  # a fault of ours (an auto-complete hook, say) fails this model only
+                log.exception("reading the configuration of model '%s' failed", name)
+                raise InternalError(f"failed to read the configuration of model '{name}': {e!r}") from e
             # Off the event loop: the first model of a backend imports its framework (torch, openvino: seconds).
             backend = None if is_ensemble(config) else await asyncio.to_thread(backend_for, config)
             if backend is None:
