@@ -1184,7 +1184,10 @@ def test_connections_past_the_limit_are_refused_and_the_others_served(
         answers = [sock.recv(4096) for sock in held]
         extra = socket.create_connection(("127.0.0.1", server.http_port), timeout=30)
         with extra:
-            answer = read_until_closed(extra)
+            # Refused at once (an answer, then the end); or, where the kernel gave the held ones unevenly to the
+            # processes (one of them was refused then), accepted by a process with room, and silent.
+            readable, _, _ = select.select([extra], [], [], 10)
+            answer = read_until_closed(extra) if readable else b""
         refused += answer.startswith(b"HTTP/1.1 503 ")
         refused += sum(a.startswith(b"HTTP/1.1 503 ") for a in answers)  # the kernel may spread them unevenly
         assert refused >= 1
