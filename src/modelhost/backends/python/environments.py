@@ -314,18 +314,22 @@ def _numpy_path(settings: EnvironmentSettings) -> Path:
     return _linked(settings, f"server-numpy-{hashlib.sha256(str(package).encode()).hexdigest()[:12]}", links)
 
 
+_linking = threading.Lock()  # this server's loading threads make the same links at once
+
+
 def _linked(settings: EnvironmentSettings, name: str, links: dict[str, Path]) -> Path:
     folder = settings.cache_dir / name
-    folder.mkdir(parents=True, exist_ok=True)
-    for link, target in links.items():
-        path = folder / link
-        if path.is_symlink() and os.readlink(path) == str(target):
-            continue
-        temporary = folder / f".{link}.{os.getpid()}"
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        temporary.symlink_to(target)
-        temporary.replace(path)  # atomic: another server may be reading it
+    with _linking:
+        folder.mkdir(parents=True, exist_ok=True)
+        for link, target in links.items():
+            path = folder / link
+            if path.is_symlink() and os.readlink(path) == str(target):
+                continue
+            temporary = folder / f".{link}.{os.getpid()}"  # this server's own: other servers use theirs
+            with contextlib.suppress(FileNotFoundError):
+                temporary.unlink()
+            temporary.symlink_to(target)
+            temporary.replace(path)  # atomic: another server may be reading it
     return folder
 
 
