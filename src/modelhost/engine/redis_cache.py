@@ -226,18 +226,7 @@ class RedisCache:
 
     def render(self) -> list[str]:
         """The local cache's families: this server's counts, redis's figures."""
-        return render_cache_families(
-            {
-                "nv_cache_util": f"{self.utilization:.6f}",
-                "nv_cache_num_entries": self.entries,
-                "nv_cache_num_lookups": self.lookups,
-                "nv_cache_num_hits": self.hits,
-                "nv_cache_num_misses": self.misses,
-                "nv_cache_num_evictions": self.evictions,
-                "nv_cache_lookup_duration": self.lookup_ns // 1000,
-                "nv_cache_insertion_duration": self.insertion_ns // 1000,
-            }
-        )
+        return render_cache_families(self)
 
 
 __all__ = ["KEY_PREFIX", "RedisCache", "decode_outputs", "encode_outputs"]

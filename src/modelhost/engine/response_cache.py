@@ -18,7 +18,7 @@ import collections
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -193,26 +193,49 @@ class ResponseCache:
 
     def render(self) -> list[str]:
         """Triton's local cache families for /metrics (durations in microseconds)."""
-        return render_cache_families(
-            {
-                "nv_cache_util": f"{self.utilization:.6f}",
-                "nv_cache_num_entries": len(self),
-                "nv_cache_num_lookups": self.lookups,
-                "nv_cache_num_hits": self.hits,
-                "nv_cache_num_misses": self.misses,
-                "nv_cache_num_evictions": self.evictions,
-                "nv_cache_lookup_duration": self.lookup_ns // 1000,
-                "nv_cache_insertion_duration": self.insertion_ns // 1000,
-            }
-        )
+        return render_cache_families(self)
+
+    @property
+    def entries(self) -> int:
+        return len(self)
 
 
-def render_cache_families(values: dict[str, object]) -> list[str]:
-    """The families of Triton's cache metrics (gauges, server-wide) that `values` has, in Triton's order."""
+class CacheFigures(Protocol):
+    """What either cache (local, redis) counts, for Triton's cache metrics."""
+
+    @property
+    def utilization(self) -> float: ...
+    @property
+    def entries(self) -> int: ...
+    @property
+    def lookups(self) -> int: ...
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def lookup_ns(self) -> int: ...
+    @property
+    def insertion_ns(self) -> int: ...
+
+
+def render_cache_families(cache: CacheFigures) -> list[str]:
+    """Triton's cache metric families (gauges, server-wide) of a cache, in Triton's order; durations in us."""
+    values = {
+        "nv_cache_util": f"{cache.utilization:.6f}",
+        "nv_cache_num_entries": cache.entries,
+        "nv_cache_num_lookups": cache.lookups,
+        "nv_cache_num_hits": cache.hits,
+        "nv_cache_num_misses": cache.misses,
+        "nv_cache_num_evictions": cache.evictions,
+        "nv_cache_lookup_duration": cache.lookup_ns // 1000,
+        "nv_cache_insertion_duration": cache.insertion_ns // 1000,
+    }
     lines: list[str] = []
     for name, help_text in CACHE_FAMILIES:
-        if name in values:
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {values[name]}"]
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {values[name]}"]
     return lines
 
 

@@ -774,3 +774,13 @@ def test_model_control(runtime: FakeRuntime) -> None:
 def test_model_control_without_runtime() -> None:
     with pytest.raises(pb_utils.TritonModelException):
         pb_utils.is_model_ready("m")
+
+
+@pytest.mark.parametrize(
+    ("name", "timestamp"), [("", None), ("X" * 129, None), ("X_START", "soon"), ("X_END", True)]
+)
+def test_report_activity_refuses_what_the_server_could_not_record(name: str, timestamp: Any) -> None:
+    """Checked in the model's process: a bad value never reaches the server's side of the socket."""
+    trace = pb_utils.InferenceTrace(None, trace_id=7)
+    with pytest.raises(pb_utils.TritonModelException, match=r"report_activity\(\)"):
+        trace.report_activity(name, timestamp)

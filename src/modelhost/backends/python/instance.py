@@ -327,20 +327,23 @@ class PythonInstance:
         timer: asyncio.TimerHandle | None = None
         finished = False
 
-        def on_reply(reply: dict[str, Any]) -> None:
+        def settle() -> bool:
+            """Whether this is the batch's one ending (a reply, a timeout or a resend): the first wins."""
             nonlocal finished
             if finished:
-                return
+                return False
             finished = True
             if timer is not None:
                 timer.cancel()
-            done(self._outcomes(stub, jobs, keys, reply))
+            return True
+
+        def on_reply(reply: dict[str, Any]) -> None:
+            if settle():
+                done(self._outcomes(stub, jobs, keys, reply))
 
         def on_timeout() -> None:
-            nonlocal finished
-            if finished:
+            if not settle():
                 return
-            finished = True
             stub.executing.pop(batch_id, None)
             self._on_timeout(stub, min(timeouts))
             error = Unavailable(
@@ -350,12 +353,8 @@ class PythonInstance:
             done([error] * len(jobs))
 
         def resend() -> None:
-            nonlocal finished
-            if finished:
+            if not settle():
                 return
-            finished = True
-            if timer is not None:
-                timer.cancel()
             for key in keys:
                 stub.sinks.pop(key, None)
             asyncio.get_running_loop().create_task(self._submit_when_ready(jobs, done))
@@ -657,9 +656,12 @@ def with_parameters(arrays: Arrays, response: dict[str, Any]) -> Arrays:
     """The response's tensors with the parameters the model set on it (a JSON object, as pb_utils keeps them).
     Only what both protocols can carry: a value that is not a bool, an int64, a float or a string (which a model
     can set only by passing its own JSON text) is left out."""
+    text = response.get("parameters")
+    if not text or text == "{}":  # most responses: nothing to decode
+        return arrays
     parameters = {
         key: value
-        for key, value in json.loads(response.get("parameters") or "{}").items()
+        for key, value in json.loads(text).items()
         if isinstance(value, bool | float | str) or (isinstance(value, int) and -(2**63) <= value < 2**63)
     }
     return Outputs(arrays, parameters) if parameters else arrays

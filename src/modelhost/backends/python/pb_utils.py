@@ -667,6 +667,8 @@ class InferenceTrace:
         traced ignores it."""
         if not isinstance(name, str) or not name or len(name) > 128:
             raise TritonModelException("report_activity(): name must be a string of 1 to 128 characters")
+        if timestamp_ns is not None and (isinstance(timestamp_ns, bool) or not isinstance(timestamp_ns, int)):
+            raise TritonModelException("report_activity(): timestamp_ns must be an int (time.monotonic_ns())")
         if self._id and _runtime is not None:
             _runtime.trace_activity(
                 self._id, name, time.monotonic_ns() if timestamp_ns is None else timestamp_ns
