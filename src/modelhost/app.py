@@ -209,14 +209,24 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             await frontends.start()
         elif options.allow_http:
             routes = HttpRoutes(server, options.http_max_input_size, options.http_restricted_api)
+            # Accepting once every endpoint is bound: a probe that finds HTTP ready finds the rest bound too,
+            # and a taken gRPC or metrics port stops the server before anything was answered.
             http_server, connections = await start_http_server(
-                routes, options.http_address, options.http_port, http_limits(options), ssl=tls.http
+                routes,
+                options.http_address,
+                options.http_port,
+                http_limits(options),
+                reuse_port=options.reuse_http_port,
+                ssl=tls.http,
+                start_serving=False,
             )
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
         if options.allow_grpc and frontends is None:
             grpc_server = GrpcServer(server, grpc_limits(options), options.grpc_restricted_protocol)
-            grpc_port = await grpc_server.start(options.grpc_address, options.grpc_port, ssl=tls.grpc)
+            grpc_port = await grpc_server.start(
+                options.grpc_address, options.grpc_port, reuse_port=options.reuse_grpc_port, ssl=tls.grpc
+            )
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
         if sagemaker is not None and frontends is None:
             sagemaker_routes = SageMakerRoutes(
@@ -245,6 +255,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 polled,
             )
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
+        if http_server is not None:
+            await http_server.start_serving()
     except (OSError, FrontendStartError) as e:
         log.error("failed to start the server: %s", e)
         # Nothing was accepted yet; the frontend processes started so far get the usual time to exit.

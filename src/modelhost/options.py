@@ -95,6 +95,9 @@ class ServerOptions:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     grpc_address: str = "0.0.0.0"
+    # SO_REUSEPORT on the listeners: several servers share the port and the kernel spreads connections.
+    reuse_http_port: bool = False
+    reuse_grpc_port: bool = False
     grpc_port: int = 8001
     metrics_address: str = ""  # "" = the same as http_address, as tritonserver
     metrics_port: int = 8002

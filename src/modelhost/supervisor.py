@@ -40,18 +40,30 @@ class FrontendStartError(Exception):
     pass
 
 
-def reserve_port(host: str, port: int) -> socket.socket:
+def reserve_port(host: str, port: int, shared: bool = False) -> socket.socket:
     """A socket bound (not listening) on the HTTP port with SO_REUSEPORT, held while the server runs: it picks
     the port when 0 is asked for, it says at once when the port is taken, and no other server can take the port
-    between two frontends' restarts. Only listening sockets get connections, so it takes none."""
+    between two frontends' restarts. Only listening sockets get connections, so it takes none.
+
+    `shared` (--reuse-http-port, --reuse-grpc-port): other servers that ask for it may listen on the port too.
+    Otherwise the port is first bound without SO_REUSEPORT, which fails where anything holds it: two servers
+    that both reuse ports among their own frontends would else share one port unasked."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
+        if not shared:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind((host, port))
+                port = probe.getsockname()[1]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
     except OSError as e:
-        sock.close()
         # asyncio's words, as the other endpoints' failures say it: which address, and why.
         why = (e.strerror or str(e)).lower()
         raise OSError(e.errno, f"error while attempting to bind on address {(host, port)!r}: {why}") from e
@@ -216,15 +228,23 @@ class Frontends:
         if self.supervisor is not None:
             self.supervisor.hello(hello)
 
-    def _reserve(self, host: str, port: int) -> int:
-        sock = reserve_port(host, port)
+    def _reserve(self, host: str, port: int, shared: bool = False) -> int:
+        sock = reserve_port(host, port, shared)
         self._ports.append(sock)
         return int(sock.getsockname()[1])
 
     async def start(self) -> None:
         options = self.options
-        http_port = self._reserve(options.http_address, options.http_port) if options.allow_http else 0
-        grpc_port = self._reserve(options.grpc_address, options.grpc_port) if options.allow_grpc else 0
+        http_port = (
+            self._reserve(options.http_address, options.http_port, options.reuse_http_port)
+            if options.allow_http
+            else 0
+        )
+        grpc_port = (
+            self._reserve(options.grpc_address, options.grpc_port, options.reuse_grpc_port)
+            if options.allow_grpc
+            else 0
+        )
         sagemaker_port = (
             self._reserve(options.http_address, options.sagemaker_port) if options.allow_sagemaker else 0
         )

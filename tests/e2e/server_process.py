@@ -97,6 +97,14 @@ def start_server(
     `health_headers`: sent with the readiness checks (a server whose health API is restricted); `health_tls`: the
     client context they use (a server that serves HTTPS)."""
     http_port, grpc_port, metrics_port = free_ports(3)
+    # Ports the caller names win (argparse takes the last), and the readiness checks use them.
+    for arg in args:
+        if arg.startswith("--http-port="):
+            http_port = int(arg.split("=", 1)[1])
+        elif arg.startswith("--grpc-port="):
+            grpc_port = int(arg.split("=", 1)[1])
+        elif arg.startswith("--metrics-port="):
+            metrics_port = int(arg.split("=", 1)[1])
     command = [sys.executable, "-m", "modelhost", "serve"]
     command += [f"--model-repository={r}" for r in repositories]
     command += [f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"]

@@ -688,7 +688,15 @@ FEATURES: tuple[Item, ...] = (
         "cli.md",
         flag="http-header-forward-pattern",
     ),
-    Item("Port reuse (`SO_REUSEPORT` between servers)", State.NOT_YET, "", "cli.md", flag="reuse-http-port"),
+    Item(
+        "Port reuse (`SO_REUSEPORT` between servers)",
+        State.SUPPORTED,
+        "`--reuse-http-port`, `--reuse-grpc-port`; without them a second server on a taken port stops, "
+        "whatever `--frontend-processes`",
+        "cli.md",
+        flag="reuse-http-port",
+        test="tests/e2e/test_port_reuse.py::test_two_servers_share_the_http_and_grpc_ports",
+    ),
     Item("Host policies (NUMA, CPU cores)", State.NOT_YET, "", "cli.md", flag="host-policy"),
     Item(
         "perf_analyzer",

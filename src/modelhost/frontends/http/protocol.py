@@ -422,10 +422,12 @@ async def start_http_server(
     reuse_port: bool = False,
     connections: set[HttpProtocol] | None = None,
     ssl: SSLContext | None = None,
+    start_serving: bool = True,
 ) -> tuple[asyncio.Server, set[HttpProtocol]]:
     """`reuse_port`: SO_REUSEPORT, for frontend processes that all listen on one port (the kernel spreads the
     connections over them). `connections`: the set open connections are kept in (one for several servers).
-    `ssl`: serve HTTPS with this context."""
+    `ssl`: serve HTTPS with this context. `start_serving`: False binds and listens but accepts nothing until
+    `server.start_serving()`."""
     loop = asyncio.get_running_loop()
     connections = set() if connections is None else connections
 
@@ -440,5 +442,6 @@ async def start_http_server(
         reuse_port=reuse_port or None,
         backlog=2048,
         ssl=ssl,
+        start_serving=start_serving,
     )
     return server, connections
