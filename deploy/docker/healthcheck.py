@@ -5,7 +5,8 @@ what to probe, so that it follows the flags the container was started with:
 
 - `modelhost serve ...`: GET /v2/health/ready on its --http-port (8000); with --allow-http=false, GET /ping on
   --sagemaker-port when --allow-sagemaker=true, else the gRPC health service on --grpc-port;
-- `modelhost sagemaker ...` (the image's `serve`): GET /ping on $SAGEMAKER_BIND_TO_PORT (8080).
+- `modelhost sagemaker ...` (the image's `serve`): GET /ping on $SAGEMAKER_BIND_TO_PORT (8080);
+- `tritonserver ...` (modelhost's tritonserver command, as KServe's Triton runtime calls it): as `serve`.
 
 Exit 0 when the probe answers 200 (gRPC: SERVING), 1 otherwise, as HEALTHCHECK expects.
 MODELHOST_HEALTHCHECK_PID names another process than 1 (the replay, whose server is not PID 1). Where PID 1
@@ -27,6 +28,9 @@ def server_command(pid: str) -> list[str]:
     """The modelhost command and its arguments ("serve" or "sagemaker" first) of process `pid`."""
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
     for i, arg in enumerate(argv):
+        # A console script runs as `python /path/tritonserver ARGS`: the program is the script's path.
+        if Path(arg).name == "tritonserver" and (i == 0 or Path(argv[0]).name.startswith("python")):
+            return ["serve", *argv[i + 1 :]]
         program = Path(arg).name == "modelhost" or (arg == "modelhost" and i > 0 and argv[i - 1] == "-m")
         if program and i + 1 < len(argv) and argv[i + 1] in ("serve", "sagemaker"):
             return argv[i + 1 :]

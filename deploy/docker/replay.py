@@ -634,6 +634,41 @@ def run_sagemaker(plan: Plan, ports: dict[str, int]) -> dict[str, object]:
     return {"healthy_s": round(healthy_s, 1), "exit_code": code}
 
 
+# KServe's Triton runtime's container args (deploy/schemas/reference/kserve-tritonserver.yaml; the image test
+# compares them), with its /mnt/models: the swap of its image for modelhost's is the whole migration.
+KSERVE_ARGS = ["tritonserver", "--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080",
+               "--allow-grpc=true", "--allow-http=true"]  # fmt: skip
+
+
+def run_kserve(plan: Plan, ports: dict[str, int]) -> dict[str, object]:
+    """`tritonserver ...` as KServe's Triton runtime runs it (its container args after the image's entrypoint),
+    serving the model directory SageMaker's run uses (`simple`) as /mnt/models."""
+    http_port, grpc_port = (ports["kserve_http"], ports["kserve_grpc"]) if plan.host_network else (8080, 9000)
+    replaced = {
+        "--model-store": plan.sagemaker_model_dir,
+        "--http-port": str(http_port),
+        "--grpc-port": str(grpc_port),
+    }
+    args = []
+    for arg in KSERVE_ARGS:
+        name = arg.split("=", 1)[0]
+        args.append(f"{name}={replaced[name]}" if name in replaced else arg)
+    if plan.host_network:  # the metrics port too, which the runtime leaves at 8002
+        args.append(f"--metrics-port={ports['kserve_metrics']}")
+    container = Container(plan, "kserve", args, {})
+    try:
+        healthy_s = container.wait_healthy()
+        check_simple_answer(*_http(http_port, "/v2/models/simple/infer", INFER_BODY), "tritonserver infer")
+        if not _listening(grpc_port):
+            raise container.fail(f"gRPC is not listening on {grpc_port}")
+    finally:
+        code = container.stop()
+    if code != 0:
+        raise container.fail(f"exit code {code} after SIGTERM")
+    print(f"replay: tritonserver (KServe runtime args): healthy after {healthy_s:.1f} s, simple answered")
+    return {"healthy_s": round(healthy_s, 1), "exit_code": code, "args": KSERVE_ARGS}
+
+
 def loopback_up() -> None:
     """A new network namespace has its loopback down."""
     import fcntl
@@ -648,11 +683,16 @@ def loopback_up() -> None:
 
 def run_plan(plan: Plan) -> dict[str, object]:
     if plan.host_network:
-        ports = dict(zip(DEFAULT_PORTS, _free_ports(len(DEFAULT_PORTS)), strict=True))
+        names = [*DEFAULT_PORTS, "kserve_http", "kserve_grpc", "kserve_metrics"]
+        ports = dict(zip(names, _free_ports(len(names)), strict=True))
     else:
         loopback_up()
         ports = dict(DEFAULT_PORTS)
-    return {"default": run_default(plan, ports), "sagemaker": run_sagemaker(plan, ports)}
+    return {
+        "default": run_default(plan, ports),
+        "sagemaker": run_sagemaker(plan, ports),
+        "kserve": run_kserve(plan, ports),
+    }
 
 
 def _free_ports(count: int) -> list[int]:

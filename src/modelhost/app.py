@@ -208,7 +208,12 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             frontends = Frontends(options, server)
             await frontends.start()
         elif options.allow_http:
-            routes = HttpRoutes(server, options.http_max_input_size, options.http_restricted_api)
+            routes = HttpRoutes(
+                server,
+                options.http_max_input_size,
+                options.http_restricted_api,
+                options.http_header_forward_pattern,
+            )
             # Accepting once every endpoint is bound: a probe that finds HTTP ready finds the rest bound too,
             # and a taken gRPC or metrics port stops the server before anything was answered.
             http_server, connections = await start_http_server(
@@ -223,7 +228,12 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started HTTPService at %s", _listen_addresses(http_server))
         # After the frontend processes: a process started while gRPC threads run gets grpc's fork warnings.
         if options.allow_grpc and frontends is None:
-            grpc_server = GrpcServer(server, grpc_limits(options), options.grpc_restricted_protocol)
+            grpc_server = GrpcServer(
+                server,
+                grpc_limits(options),
+                options.grpc_restricted_protocol,
+                options.grpc_header_forward_pattern,
+            )
             grpc_port = await grpc_server.start(
                 options.grpc_address, options.grpc_port, reuse_port=options.reuse_grpc_port, ssl=tls.grpc
             )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from modelhost.frontends.header_forwarding import pattern_problem
+
 DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
 DEFAULT_HTTP_MAX_HEADER_SIZE = 1 << 16  # 64 KiB: the request line and headers together
 DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE = 1 << 26  # 64 MiB, as --http-max-input-size
@@ -98,6 +100,9 @@ class ServerOptions:
     # SO_REUSEPORT on the listeners: several servers share the port and the kernel spreads connections.
     reuse_http_port: bool = False
     reuse_grpc_port: bool = False
+    # Regular expressions of the headers (metadata) forwarded as request parameters; "" forwards none.
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
     grpc_port: int = 8001
     metrics_address: str = ""  # "" = the same as http_address, as tritonserver
     metrics_port: int = 8002
@@ -236,6 +241,10 @@ def _problems(options: ServerOptions) -> list[str]:
             problems.append(f"{flag} must not be empty")
     if not options.server_id:
         problems.append("--id must not be empty")
+    for protocol in ("http", "grpc"):
+        flag = f"--{protocol}-header-forward-pattern"
+        if problem := pattern_problem(flag, getattr(options, f"{protocol}_header_forward_pattern")):
+            problems.append(problem)
     if not 0 <= options.frontend_processes <= MAX_FRONTEND_PROCESSES:
         problems.append(
             f"--frontend-processes must be auto or between 0 and {MAX_FRONTEND_PROCESSES}, got "

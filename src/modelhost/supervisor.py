@@ -91,6 +91,8 @@ class FrontendSupervisor:
             grpc_limits=grpc_limits(options),
             http_restricted_api=options.http_restricted_api,
             grpc_restricted_protocol=options.grpc_restricted_protocol,
+            http_header_forward_pattern=options.http_header_forward_pattern,
+            grpc_header_forward_pattern=options.grpc_header_forward_pattern,
             http_tls=http_tls(options),
             grpc_tls=grpc_tls(options),
             grpc_address=options.grpc_address,

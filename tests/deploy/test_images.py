@@ -223,6 +223,15 @@ def test_cpu_image_serve_is_the_sagemaker_entry(cpu_replay: dict[str, object]) -
     assert sagemaker["exit_code"] == 0
 
 
+def test_cpu_image_runs_kserve_tritonserver_command_line(cpu_replay: dict[str, object]) -> None:
+    """`tritonserver` is on the image's PATH: KServe's Triton runtime's own container args, after the image's
+    entrypoint, serve and answer (the replay infers on `simple` and checks gRPC listens)."""
+    kserve = cpu_replay["runs"]["kserve"]  # type: ignore[index]
+    assert kserve["exit_code"] == 0
+    (runtime,) = yaml.safe_load_all((ROOT / "deploy/schemas/reference/kserve-tritonserver.yaml").read_text())
+    assert kserve["args"] == runtime["spec"]["containers"][0]["args"]
+
+
 def test_cpu_image_replay_ran_as_the_container_would(cpu_replay: dict[str, object]) -> None:
     """As the image's USER (1000) in a network namespace of its own, on the image's own ports."""
     if os.geteuid() != 0:

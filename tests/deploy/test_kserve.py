@@ -8,6 +8,7 @@ are checked on what the manifest actually starts.
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 import sys
@@ -306,3 +307,64 @@ def test_inference_over_both_protocols_and_metrics(runtime_server: RunningServer
     with urllib.request.urlopen(url, timeout=5) as response:
         text = response.read().decode()
     assert re.search(r'^nv_inference_request_success\{[^}]*model="simple"[^}]*\} 2(\.0)?$', text, re.M), text
+
+
+def test_kserve_triton_runtime_command_line_runs_the_tritonserver_executable(tmp_path: Path) -> None:
+    """KServe's Triton runtime's container args, unchanged but for the repository and ports, through the image's
+    entrypoint: it runs `tritonserver` from PATH, which is modelhost's (installed with the package). A Triton
+    client infers over HTTP and gRPC, and the image's healthcheck recognises the process."""
+    (triton,) = load_documents(TRITON_RUNTIME.read_text())
+    http_port, grpc_port, metrics_port = free_ports(3)
+    repository = tmp_path / "mnt-models"
+    copy_examples(repository, "simple")
+    args = _with_values(
+        triton["spec"]["containers"][0]["args"],
+        {"model-store": str(repository), "http-port": str(http_port), "grpc-port": str(grpc_port)},
+    )
+    assert args[0] == "tritonserver"
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "tritonserver").is_file(), "the package installs a tritonserver executable"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+    command = [str(ROOT / "deploy" / "docker" / "entrypoint.sh"), *args, f"--metrics-port={metrics_port}"]
+    log_path = tmp_path / "server.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = RunningServer(process, http_port, grpc_port, metrics_port, log_path)
+    try:
+        deadline = time.monotonic() + 60
+        while _get_or_none(http_port, "/v2/health/ready") != 200:
+            assert process.poll() is None, f"tritonserver exited:\n{server.log()}"
+            assert time.monotonic() < deadline, f"tritonserver did not come up:\n{server.log()}"
+            time.sleep(0.1)
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        http = httpclient.InferenceServerClient(server.http_url)
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            for module, client in ((httpclient, http), (grpcclient, grpc)):
+                inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+                for tensor in inputs:
+                    tensor.set_data_from_numpy(a)
+                result = client.infer("simple", inputs)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+        finally:
+            http.close()
+            grpc.close()
+        healthcheck = subprocess.run(
+            [sys.executable, str(ROOT / "deploy" / "docker" / "healthcheck.py")],
+            env={**os.environ, "MODELHOST_HEALTHCHECK_PID": str(process.pid)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert healthcheck.returncode == 0, healthcheck.stderr
+    finally:
+        server.stop()
+
+
+def test_tritonserver_without_a_repository_is_refused_as_tritonserver_does() -> None:
+    bin_dir = Path(sys.executable).parent
+    result = subprocess.run(
+        [str(bin_dir / "tritonserver"), "--http-port=0"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "tritonserver: error: --model-repository must be specified" in result.stderr

@@ -221,9 +221,9 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("reuse-http-port", "bool", "false", HTTP,
               "Let several servers listen on the same HTTP port (SO_REUSEPORT; the kernel spreads the "
               "connections over them). Each server must ask for it.", field="reuse_http_port"),
-    _refused("http-header-forward-pattern", "str", "", HTTP,
-             "Regular expression of HTTP headers forwarded as request parameters.",
-             "header forwarding is not implemented yet"),
+    _honoured("http-header-forward-pattern", "str", "", HTTP,
+              "Regular expression of HTTP headers forwarded as string parameters of /infer requests; "
+              "case-insensitive unless it starts with (?-i).", field="http_header_forward_pattern"),
     _honoured("http-restricted-api", "str", "", HTTP,
               "Serve the APIs of the categories named (health, metadata, inference, shared-memory, "
               "model-config, model-repository, statistics, trace, logging) only to requests with the header "
@@ -259,9 +259,10 @@ FLAGS: tuple[Flag, ...] = (
     _honoured("reuse-grpc-port", "bool", "false", GRPC,
               "Let several servers listen on the same GRPC port (SO_REUSEPORT; the kernel spreads the "
               "connections over them). Each server must ask for it.", field="reuse_grpc_port"),
-    _refused("grpc-header-forward-pattern", "str", "", GRPC,
-             "Regular expression of GRPC headers forwarded as request parameters.",
-             "header forwarding is not implemented yet"),
+    _honoured("grpc-header-forward-pattern", "str", "", GRPC,
+              "Regular expression of GRPC metadata keys forwarded as string parameters of ModelInfer and "
+              "ModelStreamInfer requests; case-insensitive unless it starts with (?-i).",
+              field="grpc_header_forward_pattern"),
     _honoured("grpc-use-ssl", "bool", "false", GRPC,
               "Serve GRPC over TLS, with --grpc-server-cert and --grpc-server-key (reloaded on SIGHUP).",
               field="grpc_use_ssl"),

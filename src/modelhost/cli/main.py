@@ -81,6 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130  # 128 + SIGINT, as shells report it
 
 
+def tritonserver_main(argv: Sequence[str] | None = None) -> int:
+    """The `tritonserver` command installed with modelhost: tritonserver's command line unchanged, so that a
+    manifest, script or runtime that calls `tritonserver --model-repository=...` runs modelhost once the image
+    is swapped. It is `modelhost serve`, less the bundled examples: as tritonserver, no repository is an
+    error."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _serve(args, require_repository=True)
+    except CliError as error:
+        print(f"tritonserver: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
 def _main(args: list[str]) -> int:
     if args and args[0] == "serve":
         return _serve(args[1:])
@@ -118,11 +133,13 @@ def parse_serve_args(argv: Sequence[str]) -> ServerOptions:
     return options
 
 
-def _serve(argv: Sequence[str]) -> int:
+def _serve(argv: Sequence[str], require_repository: bool = False) -> int:
     try:
         options, notes = _parse_serve(argv)
     except SystemExit as exit_:  # --help ends here
         return _exit_code(exit_)
+    if not options.model_repositories and require_repository:
+        raise CliError("--model-repository must be specified")
     if not options.model_repositories:
         examples = bundled_examples()
         if not examples.is_dir():

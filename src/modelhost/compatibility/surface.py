@@ -641,6 +641,13 @@ FEATURES: tuple[Item, ...] = (
         test="tests/e2e/test_gpu.py::test_gpu_instance_serves",
     ),
     Item(
+        "The `tritonserver` executable, taking its command line unchanged",
+        State.SUPPORTED,
+        "installed with modelhost and on the images' PATH; KServe's Triton runtime runs it unchanged",
+        "cli.md",
+        test="tests/deploy/test_kserve.py::test_kserve_triton_runtime_command_line_runs_the_tritonserver_executable",
+    ),
+    Item(
         "SageMaker (`/ping`, `/invocations`, multi-model `/models`)",
         State.SUPPORTED,
         "",
@@ -683,10 +690,11 @@ FEATURES: tuple[Item, ...] = (
     ),
     Item(
         "Header forwarding to request parameters",
-        State.NOT_YET,
-        "",
-        "cli.md",
+        State.SUPPORTED,
+        "`--http-header-forward-pattern`, `--grpc-header-forward-pattern`; names come lower-cased",
+        "protocols.md",
         flag="http-header-forward-pattern",
+        test="tests/e2e/test_header_forwarding.py::test_http_headers_that_match_become_string_parameters",
     ),
     Item(
         "Port reuse (`SO_REUSEPORT` between servers)",

@@ -51,6 +51,9 @@ class FrontendConfig(msgspec.Struct):
     # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value).
     http_restricted_api: dict[str, tuple[str, str]]
     grpc_restricted_protocol: dict[str, tuple[str, str]]
+    # --http-header-forward-pattern, --grpc-header-forward-pattern ("": none forwarded).
+    http_header_forward_pattern: str
+    grpc_header_forward_pattern: str
     # The gRPC port to serve too (0: gRPC is off).
     grpc_address: str
     grpc_port: int
@@ -116,7 +119,12 @@ async def serve(config: FrontendConfig) -> int:
         config.engine_address, engine_lost, lambda changes: log_settings.update(changes, announce=False)
     )
     routes = BufferLimit(
-        HttpRoutes(engine, config.http_limits.max_body, config.http_restricted_api),
+        HttpRoutes(
+            engine,
+            config.http_limits.max_body,
+            config.http_restricted_api,
+            config.http_header_forward_pattern,
+        ),
         engine,
         config.buffer_limit,
     )
@@ -135,7 +143,12 @@ async def serve(config: FrontendConfig) -> int:
                 ssl=tls.http,
             )
         if config.grpc_port:
-            grpc_server = GrpcServer(engine, config.grpc_limits, config.grpc_restricted_protocol)
+            grpc_server = GrpcServer(
+                engine,
+                config.grpc_limits,
+                config.grpc_restricted_protocol,
+                config.grpc_header_forward_pattern,
+            )
             await grpc_server.start(config.grpc_address, config.grpc_port, reuse_port=True, ssl=tls.grpc)
         if config.sagemaker_port:
             sagemaker = SageMakerRoutes(

@@ -138,11 +138,17 @@ def _delayed(method: Method, delay_s: int, process_delay_s: float) -> Method:
 
 class GrpcServer:
     def __init__(
-        self, engine: EngineAPI, limits: GrpcLimits | None = None, restrictions: Restrictions | None = None
+        self,
+        engine: EngineAPI,
+        limits: GrpcLimits | None = None,
+        restrictions: Restrictions | None = None,
+        header_forward_pattern: str = "",
     ) -> None:
+        """`header_forward_pattern`: --grpc-header-forward-pattern ("" forwards no metadata)."""
         self.methods: dict[bytes, Method] = {
             **methods_of(
-                service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], GrpcService(engine)
+                service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"],
+                GrpcService(engine, header_forward_pattern),
             ),
             **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], HealthService(engine)),
         }

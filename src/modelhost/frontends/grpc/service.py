@@ -28,7 +28,8 @@ from modelhost.frontends.grpc.calls import AbortError
 from modelhost.frontends.grpc.calls import CallContext as GrpcCall
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.frontends.grpc.statuses import grpc_code
-from modelhost.types import EMPTY_FINAL_RESPONSE, InferenceRequest
+from modelhost.frontends.header_forwarding import compile_forward_pattern, forwarded_parameters
+from modelhost.types import EMPTY_FINAL_RESPONSE, InferenceRequest, Parameters
 
 # The repository index rows' fields that RepositoryIndexResponse.ModelIndex has (the HTTP JSON has more).
 _INDEX_FIELDS = frozenset({"name", "version", "state", "reason"})
@@ -80,8 +81,12 @@ def _traceparent(context: GrpcCall) -> Callable[[], str]:
 
 
 class GrpcService:
-    def __init__(self, engine: EngineAPI) -> None:
+    def __init__(self, engine: EngineAPI, header_forward_pattern: str = "") -> None:
         self.engine = engine
+        # --grpc-header-forward-pattern: the metadata forwarded as request parameters.
+        self.header_forward = (
+            compile_forward_pattern(header_forward_pattern) if header_forward_pattern else None
+        )
 
     async def ServerLive(self, request: Any, context: GrpcCall) -> Any:
         return service_pb2.ServerLiveResponse(live=await self.engine.is_live())
@@ -167,6 +172,10 @@ class GrpcService:
         # The hot path: no closure, no f-string unless it fails (what _answer costs the other RPCs).
         try:
             core = decode_request(request)
+            if self.header_forward is not None:
+                core.parameters.update(
+                    forwarded_parameters(self.header_forward, context.invocation_metadata())
+                )
             response = await self.engine.infer(
                 core, CallContext("GRPC", time.monotonic_ns(), _traceparent(context))
             )
@@ -197,11 +206,23 @@ class GrpcService:
         running: set[asyncio.Task[None]] = set()
 
         traceparent = str(metadata.get("traceparent", ""))
+        forward = self.header_forward
+        forwarded: Parameters = {}
+        forward_error: InvalidArgument | None = None
+        if forward is not None:  # the stream's metadata, forwarded into each of its requests
+            try:
+                forwarded = forwarded_parameters(forward, context.invocation_metadata())
+            except InvalidArgument as e:
+                forward_error = e
 
         async def run(request: Any) -> None:
             context = CallContext("GRPC", time.monotonic_ns(), traceparent)
             try:
                 core = decode_request(request)
+                if forward_error is not None:
+                    raise forward_error
+                if forwarded:
+                    core.parameters.update(forwarded)
                 # 0..N responses (exactly one for a model that is not decoupled), each marked final or not; a
                 # final response without outputs is sent only when the request asks for it, as Triton does.
                 empty_final = core.parameters.get(EMPTY_FINAL_RESPONSE) is True

@@ -17,6 +17,7 @@ import orjson
 from modelhost.config import config_to_json
 from modelhost.engine_api import CallContext, EngineAPI, ModelSignature, ShmKind
 from modelhost.errors import InvalidArgument, ModelhostError
+from modelhost.frontends.header_forwarding import compile_forward_pattern, forwarded_parameters
 from modelhost.frontends.http.compression import InflatedTooLarge, decode_body
 from modelhost.frontends.http.extensions import logging_settings, repository, shared_memory, trace_settings
 from modelhost.frontends.http.generate import generate
@@ -94,11 +95,19 @@ def restricted(restrictions: Restrictions, category: str, request: HttpRequest) 
 
 class HttpRoutes:
     def __init__(
-        self, engine: EngineAPI, max_input_size: int, restrictions: Restrictions | None = None
+        self,
+        engine: EngineAPI,
+        max_input_size: int,
+        restrictions: Restrictions | None = None,
+        header_forward_pattern: str = "",
     ) -> None:
+        """`header_forward_pattern`: --http-header-forward-pattern ("" forwards no header)."""
         self.engine = engine
         self.max_input_size = max_input_size
         self.restrictions = restrictions or {}
+        self.header_forward = (
+            compile_forward_pattern(header_forward_pattern) if header_forward_pattern else None
+        )
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         if log.isEnabledFor(logging.DEBUG):
@@ -267,6 +276,10 @@ class HttpRoutes:
             decoded = self._decode(request, name, version, signature)
         if parameters:
             decoded.request.parameters.update(parameters)
+        if self.header_forward is not None:
+            decoded.request.parameters.update(
+                forwarded_parameters(self.header_forward, request.headers.items())
+            )
         core = decoded.request
         context = CallContext("HTTP", request.received_ns, request.headers.get("traceparent", ""))
         response = await self.engine.infer(core, context)  # a decoupled model: Triton's HTTP refusal
