@@ -327,7 +327,13 @@ GRPC_HEALTH: tuple[Item, ...] = (
         "SERVING while ready (Kubernetes gRPC probes)",
         "grpc.md",
     ),
-    Item("grpc.health.v1.Health/Watch", State.NOT_YET, "UNIMPLEMENTED; probes use Check", "grpc.md"),
+    Item(
+        "grpc.health.v1.Health/Watch",
+        State.SUPPORTED,
+        "the status at once and on each change; NOT_SERVING and the end of the stream at shutdown",
+        "grpc.md",
+        test="tests/e2e/test_grpc_health_watch.py::test_watch_follows_readiness_and_ends_when_the_server_stops",
+    ),
 )
 
 

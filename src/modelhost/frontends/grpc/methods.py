@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 from google.protobuf import descriptor as _descriptor  # type: ignore[import-untyped]
 from google.protobuf import message_factory
+
+from modelhost.frontends.grpc.calls import AbortError
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,17 +31,33 @@ def methods_of(service: _descriptor.ServiceDescriptor, servicer: object) -> dict
         handler = getattr(servicer, method.name, None)
         if handler is None:
             continue
-        if method.client_streaming != method.server_streaming:
-            raise ValueError(f"{method.full_name}: only unary and bidirectional streaming calls are served")
+        if method.client_streaming and not method.server_streaming:
+            raise ValueError(f"{method.full_name}: client-streaming calls are not served")
+        if method.server_streaming and not method.client_streaming:
+            handler = _one_request(handler)  # served as a streaming call that reads one message
         request_class = message_factory.GetMessageClass(method.input_type)
         table[f"/{service.full_name}/{method.name}".encode()] = Method(
             name=method.name,
-            streaming=method.client_streaming,
+            streaming=method.server_streaming,
             decode=request_class.FromString,
             handler=handler,
             encode=_serialize,
         )
     return table
+
+
+def _one_request(handler: Callable[[Any, Any], AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    """A server-streaming handler `(request, context) -> async iterator` as a streaming one: the client sends
+    exactly one message (grpcio's unary-stream calls), read before the handler starts."""
+
+    async def stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        async for request in requests:
+            async for response in handler(request, context):
+                yield response
+            return
+        raise AbortError(grpc.StatusCode.INVALID_ARGUMENT, "the call sent no request message")
+
+    return stream
 
 
 def _serialize(message: Any) -> bytes:

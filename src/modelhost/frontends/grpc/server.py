@@ -145,12 +145,13 @@ class GrpcServer:
         header_forward_pattern: str = "",
     ) -> None:
         """`header_forward_pattern`: --grpc-header-forward-pattern ("" forwards no metadata)."""
+        self.health = HealthService(engine)
         self.methods: dict[bytes, Method] = {
             **methods_of(
                 service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"],
                 GrpcService(engine, header_forward_pattern),
             ),
-            **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], HealthService(engine)),
+            **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], self.health),
         }
         delay_s, process_delay_s = _debug_response_delay(), _debug_process_delay()
         if delay_s or process_delay_s:
@@ -186,7 +187,9 @@ class GrpcServer:
         return bound
 
     def stop_accepting(self) -> None:
-        """No new connections, and GOAWAY on the open ones: their clients send new calls elsewhere or later."""
+        """No new connections, and GOAWAY on the open ones: their clients send new calls elsewhere or later;
+        Health/Watch calls say NOT_SERVING and end."""
+        self.health.stopping.set()
         if self.listener is not None:
             self.listener.close()
         for connection in self.connections:

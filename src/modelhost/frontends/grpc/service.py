@@ -31,6 +31,9 @@ from modelhost.frontends.grpc.statuses import grpc_code
 from modelhost.frontends.header_forwarding import compile_forward_pattern, forwarded_parameters
 from modelhost.types import EMPTY_FINAL_RESPONSE, InferenceRequest, Parameters
 
+# How often a Health/Watch call reads the server's readiness.
+WATCH_INTERVAL_S = 0.5
+
 # The repository index rows' fields that RepositoryIndexResponse.ModelIndex has (the HTTP JSON has more).
 _INDEX_FIELDS = frozenset({"name", "version", "state", "reason"})
 
@@ -342,15 +345,35 @@ class GrpcService:
 
 
 class HealthService:
-    """The standard `grpc.health.v1.Health/Check` that Kubernetes gRPC probes use: SERVING while the server is
-    ready, NOT_SERVING otherwise, whatever service is named (as Triton answers it). `Watch` is not served."""
+    """The standard `grpc.health.v1.Health` service: `Check`, which Kubernetes gRPC probes use, answers SERVING
+    while the server is ready, NOT_SERVING otherwise, whatever service is named (as Triton answers it). `Watch`
+    sends the status at once and again each time it changes (read every WATCH_INTERVAL_S), and ends once the
+    server stops accepting, after sending NOT_SERVING: a watcher never holds up the shutdown's drain."""
 
     def __init__(self, engine: EngineAPI) -> None:
         self.engine = engine
+        self.stopping = asyncio.Event()
+
+    async def _status(self) -> int:
+        try:
+            serving = await self.engine.is_ready()
+        except ModelhostError:  # the engine is going away (a frontend process at shutdown)
+            serving = False
+        if serving and not self.stopping.is_set():
+            return int(health_pb2.HealthCheckResponse.SERVING)
+        return int(health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def Check(self, request: Any, context: GrpcCall) -> Any:
-        serving = await self.engine.is_ready()
-        status = (
-            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        return health_pb2.HealthCheckResponse(status=status)
+        return health_pb2.HealthCheckResponse(status=await self._status())
+
+    async def Watch(self, request: Any, context: GrpcCall) -> AsyncIterator[Any]:
+        sent: int | None = None
+        while True:
+            status = await self._status()
+            if status != sent:
+                yield health_pb2.HealthCheckResponse(status=status)
+                sent = status
+            if self.stopping.is_set():
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), WATCH_INTERVAL_S)
