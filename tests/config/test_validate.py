@@ -83,7 +83,6 @@ def test_core_rules(text: str, pattern: str) -> None:
 # One config setting each field that fails the load (config.validate.FIELDS_NOT_SUPPORTED).
 NOT_SUPPORTED_EXAMPLES = {
     "model_operations": 'model_operations { op_library_filename: "libcustom.so" }',
-    "model_repository_agents": 'model_repository_agents { agents [ { name: "checksum" } ] }',
 }
 
 

@@ -58,6 +58,13 @@ CONFIG_NOTES: dict[str, Item] = {
         "sequence-batching.md",
     ),
     "cc_model_filenames": Item("cc_model_filenames", State.SUPPORTED, "TensorRT", "backends/tensorrt.md"),
+    "model_repository_agents": Item(
+        "model_repository_agents",
+        State.SUPPORTED,
+        "Triton's checksum agent, built in (MD5); another agent fails the load with the reason",
+        "configuration.md",
+        test="tests/e2e/test_checksum_agent.py::test_each_refused_model_fails_with_its_reason_and_the_others_serve",
+    ),
 }
 
 

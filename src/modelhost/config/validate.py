@@ -134,7 +134,6 @@ def _check_model_metrics(config: ModelConfig) -> None:
 # docs/compatibility.md from here.
 FIELDS_NOT_SUPPORTED: dict[str, str] = {
     "model_operations": "custom operation libraries (op_library_filename) are not loaded",
-    "model_repository_agents": "repository agents (such as Triton's checksum agent) are not run",
 }
 
 

@@ -75,6 +75,7 @@ from modelhost.errors import (
 )
 from modelhost.host.gpu_memory import check_load_limit
 from modelhost.host.memory import release_free_memory
+from modelhost.repository.agents import run_repository_agents
 from modelhost.repository.fingerprint import ModelFingerprint, fingerprint
 from modelhost.repository.layout import model_directories
 from modelhost.repository.overrides import LoadOverride, check_model_name, write_model_files
@@ -338,6 +339,8 @@ class ModelRegistry:
             except Exception as e:  # a fault of ours (an auto-complete hook, say) fails this model only
                 log.exception("reading the configuration of model '%s' failed", name)
                 raise InternalError(f"failed to read the configuration of model '{name}': {e!r}") from e
+            if config.model_repository_agents.agents:  # before anything of the model is loaded, as in Triton
+                await asyncio.to_thread(run_repository_agents, config, model_dir)
             # Off the event loop: the first model of a backend imports its framework (torch, openvino: seconds).
             backend = None if is_ensemble(config) else await asyncio.to_thread(backend_for, config)
             if backend is None:
