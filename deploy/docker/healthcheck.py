@@ -4,7 +4,8 @@ It reads the command line of the container's main process (PID 1: the entrypoint
 what to probe, so that it follows the flags the container was started with:
 
 - `modelhost serve ...`: GET /v2/health/ready on its --http-port (8000); with --allow-http=false, GET /ping on
-  --sagemaker-port when --allow-sagemaker=true, else the gRPC health service on --grpc-port;
+  --sagemaker-port when --allow-sagemaker=true, else $AIP_HEALTH_ROUTE on --vertex-ai-port when Vertex AI is
+  served, else the gRPC health service on --grpc-port;
 - `modelhost sagemaker ...` (the image's `serve`): GET /ping on $SAGEMAKER_BIND_TO_PORT (8080);
 - `tritonserver ...` (modelhost's tritonserver command, as KServe's Triton runtime calls it): as `serve`.
 
@@ -89,6 +90,8 @@ def healthy(command: list[str]) -> bool:
         return probe_http(options.http_address, options.http_port, "/v2/health/ready")
     if options.allow_sagemaker:
         return probe_http(options.http_address, options.sagemaker_port, "/ping")
+    if options.allow_vertex_ai and os.environ.get("AIP_HEALTH_ROUTE"):  # a Vertex AI container (AIP_MODE)
+        return probe_http(options.http_address, options.vertex_ai_port, os.environ["AIP_HEALTH_ROUTE"])
     if options.allow_grpc:
         return probe_grpc(options.grpc_address, options.grpc_port)
     return False

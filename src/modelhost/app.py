@@ -25,10 +25,18 @@ from modelhost.errors import Unsupported
 from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
-from modelhost.frontends.metrics import configure_metrics, start_metrics_server, start_polled_metrics
+from modelhost.frontends.metrics import (
+    PolledMetrics,
+    configure_metrics,
+    render,
+    start_metrics_server,
+    start_polled_metrics,
+)
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
 from modelhost.frontends.sagemaker.settings import SageMakerSettings, SageMakerSettingsError
 from modelhost.frontends.tls import TlsError, TlsPorts, grpc_tls, http_tls
+from modelhost.frontends.vertex_ai.routes import VertexAiRoutes
+from modelhost.frontends.vertex_ai.settings import VertexAiSettings, VertexAiSettingsError, default_model
 from modelhost.host.devices import gpu_count
 from modelhost.host.gpu_memory import GpuMemory
 from modelhost.host.gpu_memory import startup_notes as gpu_memory_notes
@@ -106,9 +114,10 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     try:
         repos = [open_repository(url) for url in options.model_repositories]
         sagemaker = SageMakerSettings.from_environ() if options.allow_sagemaker else None
+        vertex_ai = VertexAiSettings.from_environ() if options.allow_vertex_ai else None
         # Made (and so checked) before any model loads; with frontend processes each makes its own too.
         tls = TlsPorts(http_tls(options), grpc_tls(options))
-    except (RepositoryError, SageMakerSettingsError, TlsError) as e:
+    except (RepositoryError, SageMakerSettingsError, VertexAiSettingsError, TlsError) as e:
         log.error("%s", e)
         return 1
     gpus = gpu_count()
@@ -189,11 +198,12 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     metrics_pollers: list[asyncio.Task[None]] = []  # CPU / GPU families, every --metrics-interval-ms
     grpc_server: GrpcServer | None = None
     sagemaker_server: asyncio.Server | None = None
+    vertex_ai_server: asyncio.Server | None = None
 
     async def stop_serving() -> bool:  # what has been started by the time it is called
         return await _stop(
             server,
-            [http_server, sagemaker_server],
+            [http_server, sagemaker_server, vertex_ai_server],
             connections,
             frontends,
             metrics_server,
@@ -253,6 +263,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 ssl=tls.http,  # closed at shutdown with the HTTP endpoint's
             )
             log.info("Started Sagemaker HTTPService at %s", _listen_addresses(sagemaker_server))
+        polled: list[PolledMetrics] = []
         if options.allow_metrics:
             polled, metrics_pollers = start_polled_metrics(options)
             if server.response_cache is not None:
@@ -265,9 +276,27 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 polled,
             )
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
+        if vertex_ai is not None:
+            # In this process whatever --frontend-processes: one port, which Vertex AI's own load balancer feeds.
+            ready_names = [str(row["name"]) for row in await server.repository_index(ready_only=True)]
+            vertex_routes = VertexAiRoutes(
+                HttpRoutes(server, options.http_max_input_size, options.http_restricted_api),
+                vertex_ai,
+                default_model(options.vertex_ai_default_model, sorted(set(ready_names))),
+                lambda: render(registry.ready_models(), registry.services.custom_metrics, polled),
+            )
+            vertex_ai_server, _ = await start_http_server(
+                vertex_routes,
+                options.http_address,
+                options.vertex_ai_port,
+                http_limits(options),
+                connections=connections,
+                ssl=tls.http,
+            )
+            log.info("Started Vertex AI HTTPService at %s", _listen_addresses(vertex_ai_server))
         if http_server is not None:
             await http_server.start_serving()
-    except (OSError, FrontendStartError) as e:
+    except (OSError, FrontendStartError, VertexAiSettingsError) as e:
         log.error("failed to start the server: %s", e)
         # Nothing was accepted yet; the frontend processes started so far get the usual time to exit.
         await stop_serving()

@@ -190,6 +190,10 @@ class ServerOptions:
     allow_sagemaker: bool = False
     sagemaker_port: int = 8080
     sagemaker_safe_port_range: tuple[int, int] | None = None
+    # The Vertex AI endpoint (frontends/vertex_ai); AIP_* variables change the CLI's defaults.
+    allow_vertex_ai: bool = False
+    vertex_ai_port: int = 8080
+    vertex_ai_default_model: str = ""
 
     def __post_init__(self) -> None:
         if not self.metrics_address:
@@ -229,6 +233,7 @@ def _problems(options: ServerOptions) -> list[str]:
         ("--grpc-port", options.grpc_port),
         ("--metrics-port", options.metrics_port),
         ("--sagemaker-port", options.sagemaker_port),
+        ("--vertex-ai-port", options.vertex_ai_port),
     ):
         if not 0 <= port <= 65535:
             problems.append(f"{flag} must be between 0 and 65535, got {port}")

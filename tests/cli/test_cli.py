@@ -65,6 +65,9 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "reuse_grpc_port": False,
         "http_header_forward_pattern": "",
         "grpc_header_forward_pattern": "",
+        "allow_vertex_ai": False,
+        "vertex_ai_port": 8080,
+        "vertex_ai_default_model": "",
         "grpc_port": 8001,
         "metrics_address": "0.0.0.0",
         "metrics_port": 8002,
@@ -140,10 +143,13 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
     }
 
 
-# --metrics-address is documented as following --http-address.
+# --metrics-address is documented as following --http-address, the Vertex AI flags as following AIP_* variables.
+FOLLOWING = ("metrics-address", "allow-vertex-ai", "vertex-ai-port")
+
+
 @pytest.mark.parametrize(
     "flag",
-    [f for f in HONOURED if f.field and f.default and f.name != "metrics-address"],
+    [f for f in HONOURED if f.field and f.default and f.name not in FOLLOWING],
     ids=lambda f: f.name,
 )
 def test_documented_default_is_the_options_default(flag: Flag) -> None:
@@ -193,6 +199,9 @@ HONOURED_SAMPLES = {
     "reuse-grpc-port": "true",
     "http-header-forward-pattern": "^x-",
     "grpc-header-forward-pattern": "^x-",
+    "allow-vertex-ai": "true",
+    "vertex-ai-port": "9090",
+    "vertex-ai-default-model": "m",
     "http-use-ssl-mutual": "true",
     "grpc-use-ssl": "true",
     "grpc-use-ssl-mutual": "true",
@@ -1012,3 +1021,21 @@ def test_restricted_apis_are_parsed_by_category() -> None:
 def test_mistakes_in_restricted_apis_are_refused_in_tritons_words(flags: list[str], message: str) -> None:
     with pytest.raises(CliError, match=re.escape(message)):
         parse_serve_args(flags)
+
+
+def test_a_vertex_ai_containers_variables_set_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIP_MODE", "PREDICTION")
+    monkeypatch.setenv("AIP_HTTP_PORT", "9090")
+    monkeypatch.setenv("AIP_STORAGE_URI", "gs://bucket/models")
+    options = parse_serve_args([])
+    assert options.allow_vertex_ai and not options.allow_http and not options.allow_grpc
+    assert options.vertex_ai_port == 9090
+    assert options.model_repositories == ["gs://bucket/models"]
+    # Flags win over the variables.
+    options = parse_serve_args(["--allow-http=true", "--vertex-ai-port=7000", "--model-repository=/m"])
+    assert options.allow_http and options.vertex_ai_port == 7000 and options.model_repositories == ["/m"]
+    monkeypatch.setenv("AIP_MODE", "")
+    assert not parse_serve_args([]).allow_vertex_ai and parse_serve_args([]).allow_http
+    monkeypatch.setenv("AIP_HTTP_PORT", "x")
+    with pytest.raises(CliError, match="AIP_HTTP_PORT must be an integer, got 'x'"):
+        parse_serve_args([])

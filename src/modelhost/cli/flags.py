@@ -412,12 +412,15 @@ FLAGS: tuple[Flag, ...] = (
     _ignored("sagemaker-thread-count", "int", "8", SAGEMAKER,
              "Number of threads serving SageMaker.", _NO_THREAD_POOL),
     # Vertex AI
-    _refused("allow-vertex-ai", "bool", "true iff AIP_MODE=PREDICTION", VERTEX_AI, "Serve the Vertex AI API.",
-             "the Vertex AI API is not implemented yet", accepted=("false",)),
-    _refused("vertex-ai-port", "int", "AIP_HTTP_PORT or 8080", VERTEX_AI, "Port of the Vertex AI API.",
-             "the Vertex AI API is not implemented yet"),
-    _refused("vertex-ai-default-model", "str", "", VERTEX_AI,
-             "Model for Vertex AI requests that name none.", "the Vertex AI API is not implemented yet"),
+    _honoured("allow-vertex-ai", "bool", "true iff AIP_MODE=PREDICTION", VERTEX_AI,
+              "Serve the Vertex AI API (AIP_PREDICT_ROUTE, AIP_HEALTH_ROUTE). With AIP_MODE=PREDICTION it is on "
+              "and HTTP and GRPC are off unless asked for; AIP_STORAGE_URI is then the model repository when "
+              "none is given.", field="allow_vertex_ai"),
+    _honoured("vertex-ai-port", "int", "AIP_HTTP_PORT or 8080", VERTEX_AI, "Port of the Vertex AI API.",
+              field="vertex_ai_port"),
+    _honoured("vertex-ai-default-model", "str", "", VERTEX_AI,
+              "Model for Vertex AI requests without a redirect; by default the repository's only model.",
+              field="vertex_ai_default_model"),
     _ignored("vertex-ai-thread-count", "int", "8", VERTEX_AI,
              "Number of threads serving Vertex AI.", _NO_THREAD_POOL),
 )  # fmt: skip

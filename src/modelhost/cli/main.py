@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ from modelhost.cli.flags import (
     int_or_none,
 )
 from modelhost.frontends.restrictions import GRPC_HEADER_PREFIX, Restrictions, add_restriction
+from modelhost.frontends.vertex_ai.settings import VertexAiSettingsError, vertex_ai_defaults
 from modelhost.host.devices import cpu_count
 from modelhost.observability.logs import LOGGER_NAME, configure_logging
 from modelhost.options import (
@@ -358,6 +360,10 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     http_restrictions: Restrictions = {}
     grpc_restrictions: Restrictions = {}
     disable_auto_complete = strict_model_config = strict_given = False
+    try:
+        values.update(vertex_ai_defaults(os.environ))  # the flags below override them
+    except VertexAiSettingsError as error:
+        raise CliError(str(error)) from None
     for name, raw in given:
         flag = FLAGS_BY_NAME[name]
         if flag.status is Status.REFUSED:
@@ -450,6 +456,9 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             )
         )
     values["auto_complete_config"] = not (disable_auto_complete or strict_model_config)
+    if not repositories and os.environ.get("AIP_STORAGE_URI"):
+        # A Vertex AI container's model artifacts (gs://...), as tritonserver takes them when none is given.
+        repositories.append(os.environ["AIP_STORAGE_URI"])
     try:
         options = ServerOptions(
             model_repositories=repositories,

@@ -660,7 +660,15 @@ FEATURES: tuple[Item, ...] = (
         "sagemaker.md",
         flag="allow-sagemaker",
     ),
-    Item("Vertex AI", State.NOT_YET, "", "cli.md", flag="allow-vertex-ai"),
+    Item(
+        "Vertex AI",
+        State.SUPPORTED,
+        "AIP_* variables, predict and health routes, the redirect header, binary media type; served by the "
+        "engine process whatever `--frontend-processes`",
+        "vertex-ai.md",
+        flag="allow-vertex-ai",
+        test="tests/e2e/test_vertex_ai.py::test_redirect_serves_the_endpoints_that_read",
+    ),
     Item("OpenAI-compatible frontend (Triton's `python/openai`)", State.NOT_YET),
     Item(
         "Model namespacing",

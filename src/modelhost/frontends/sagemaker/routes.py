@@ -9,7 +9,6 @@ is listed in docs/sagemaker.md.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from urllib.parse import unquote
@@ -18,6 +17,7 @@ import orjson
 
 from modelhost.engine_api import EngineAPI
 from modelhost.errors import Conflict, InvalidArgument, ModelhostError, NotFound, Unavailable
+from modelhost.frontends.http.binary_mime import as_kserve
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.routes import HttpRoutes, restricted
 from modelhost.frontends.http.statuses import failure_response
@@ -33,7 +33,6 @@ CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 # The request parameter a model finds the custom attributes in (the header's name, as header forwarding names it).
 CUSTOM_ATTRIBUTES_PARAMETER = "X-Amzn-SageMaker-Custom-Attributes"
 _MODELS = re.compile(r"/models(?:/([^/]+))?(/invoke)?")
-_INT32_MAX = 2**31 - 1
 
 
 def _category(request: HttpRequest) -> str:
@@ -215,35 +214,8 @@ def _load_failure(error: ModelhostError) -> ModelhostError:
     return error
 
 
-def _header_length(content_type: str, body_size: int) -> int | None:
-    """The JSON header's size a SageMaker binary Content-Type gives (None: the body is all JSON)."""
-    at = content_type.find(BINARY_CONTENT_TYPE)
-    if at < 0:
-        return None
-    if at > 0:
-        raise InvalidArgument(
-            f"expect MIME type for binary data starts with '{BINARY_CONTENT_TYPE}', got: {content_type}"
-        )
-    text = content_type[len(BINARY_CONTENT_TYPE) :]
-    digits = re.match(r"\s*[+-]?[0-9]+", text)
-    if digits is None:
-        raise InvalidArgument(f"Unable to parse inference header size, got: {text}")
-    size = int(digits.group())
-    if abs(size) > _INT32_MAX:
-        raise InvalidArgument(f"Unable to parse inference header size, value is out of range, got: {text}")
-    if not 0 <= size <= body_size:
-        raise InvalidArgument(f"inference header size should be in range (0, {body_size}), got: {text}")
-    return size
-
-
 def _as_kserve(request: HttpRequest) -> HttpRequest:
-    """The request as the HTTP frontend's inference route reads it: the JSON header's size in its own header
-    (Triton's SageMaker server ignores an Inference-Header-Content-Length a client sends)."""
-    headers = {k: v for k, v in request.headers.items() if k != "inference-header-content-length"}
-    size = _header_length(request.headers.get("content-type", ""), len(request.body))
-    if size is not None:
-        headers["inference-header-content-length"] = str(size)
-    return dataclasses.replace(request, headers=headers)
+    return as_kserve(request, BINARY_CONTENT_TYPE)
 
 
 def _as_sagemaker(response: HttpResponse) -> HttpResponse:
