@@ -40,6 +40,7 @@ from modelhost.frontends.vertex_ai.settings import VertexAiSettings, VertexAiSet
 from modelhost.host.devices import gpu_count
 from modelhost.host.gpu_memory import GpuMemory
 from modelhost.host.gpu_memory import startup_notes as gpu_memory_notes
+from modelhost.host.host_policy import placements
 from modelhost.observability.log_settings import LogSettings
 from modelhost.observability.logs import log_table
 from modelhost.observability.tracing.settings import OpenTelemetrySettings, parse_trace_config
@@ -137,6 +138,7 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         response_cache=cache_settings is not None,
         memory_budget=options.model_memory_budget,
         load_on_demand=options.model_load_on_demand,
+        host_policies=placements(options.host_policies),  # checked by ServerOptions
     )
     mode = options.model_control_mode
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from modelhost.frontends.header_forwarding import pattern_problem
+from modelhost.host.host_policy import HostPolicyError, placements
 
 DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
 DEFAULT_HTTP_MAX_HEADER_SIZE = 1 << 16  # 64 KiB: the request line and headers together
@@ -194,6 +195,8 @@ class ServerOptions:
     allow_vertex_ai: bool = False
     vertex_ai_port: int = 8080
     vertex_ai_default_model: str = ""
+    # --host-policy: policy name -> {setting: value} (host/host_policy.py checks them against this host).
+    host_policies: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.metrics_address:
@@ -246,6 +249,10 @@ def _problems(options: ServerOptions) -> list[str]:
             problems.append(f"{flag} must not be empty")
     if not options.server_id:
         problems.append("--id must not be empty")
+    try:
+        placements(options.host_policies)
+    except HostPolicyError as e:
+        problems.append(f"--host-policy: {e}")
     for protocol in ("http", "grpc"):
         flag = f"--{protocol}-header-forward-pattern"
         if problem := pattern_problem(flag, getattr(options, f"{protocol}_header_forward_pattern")):

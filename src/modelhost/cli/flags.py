@@ -392,10 +392,10 @@ FLAGS: tuple[Flag, ...] = (
               "percentage of RAM such as 60%). Loads past it first unload idle models, least recently used "
               "first (explicit mode; never those named by --load-model); a load that still does not fit "
               "fails (507 / RESOURCE_EXHAUSTED). See docs/model-memory.md.", metavar="<size>"),
-    _refused("host-policy", "str", "", MEMORY,
-             "A host policy setting (numa-node, cpu-cores); repeatable.",
-             "host policies are not implemented yet", repeatable=True,
-             metavar="<policy>,<setting>=<value>"),
+    _honoured("host-policy", "str", "", MEMORY,
+              "A host policy setting: cpu-cores=<list> (0-3,8) or numa-node=<n>, for the instances whose group "
+              "names the policy (host_policy), or of its kind (cpu, model, gpu_<n>); repeatable.",
+              repeatable=True, metavar="<policy>,<setting>=<value>"),
     _honoured("model-load-gpu-limit", "str", "", MEMORY,
               "Fail the load of a GPU instance when, once created, more than this fraction (0.0 to 1.0) of "
               "its GPU's memory is in use; repeatable. No effect on a host without a GPU.",

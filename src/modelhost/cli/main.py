@@ -359,6 +359,7 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     cache_config: list[str] = []  # checked by ServerOptions (response_cache.py)
     http_restrictions: Restrictions = {}
     grpc_restrictions: Restrictions = {}
+    host_policies: dict[str, dict[str, str]] = {}  # a setting given twice keeps its last value
     disable_auto_complete = strict_model_config = strict_given = False
     try:
         values.update(vertex_ai_defaults(os.environ))  # the flags below override them
@@ -381,6 +382,12 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
                 repositories.append(repository)
         elif name == "load-model":
             load_models.append(raw)
+        elif name == "host-policy":
+            policy, _, setting = raw.partition(",")
+            key, eq, setting_value = setting.partition("=")
+            if not policy.strip() or not key.strip() or not eq:
+                raise CliError(f"--host-policy must be <policy>,<setting>=<value>, got '{raw}'")
+            host_policies.setdefault(policy.strip(), {})[key.strip()] = setting_value.strip()
         elif name == "model-control-mode":
             values["model_control_mode"] = raw.strip().lower()  # tritonserver lowercases it too
         elif name == "rate-limit":
@@ -472,6 +479,7 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
             cache_config=cache_config,
             http_restricted_api=http_restrictions,
             grpc_restricted_protocol=grpc_restrictions,
+            host_policies=host_policies,
             **values,
         )
     except ValueError as error:

@@ -719,7 +719,14 @@ FEATURES: tuple[Item, ...] = (
         flag="reuse-http-port",
         test="tests/e2e/test_port_reuse.py::test_two_servers_share_the_http_and_grpc_ports",
     ),
-    Item("Host policies (NUMA, CPU cores)", State.NOT_YET, "", "cli.md", flag="host-policy"),
+    Item(
+        "Host policies (NUMA, CPU cores)",
+        State.SUPPORTED,
+        "`--host-policy` and `host_policy`; the pinned memory pool it also sizes in Triton does not exist here",
+        "configuration.md",
+        flag="host-policy",
+        test="tests/e2e/test_host_policy.py::test_a_groups_own_policy_places_its_stub_process",
+    ),
     Item(
         "perf_analyzer",
         State.PARTLY,

@@ -48,6 +48,7 @@ from modelhost.errors import (
     ModelhostError,
     Unavailable,
 )
+from modelhost.host.host_policy import bound, placement_of
 from modelhost.io_specs import TensorSpec, format_shape, output_specs
 from modelhost.types import SEQUENCE_PARAMETERS
 
@@ -119,6 +120,11 @@ class PythonInstance:
         return self._healthy.is_set() and not self._closed
 
     # -- starting a stub (blocking: a loading thread, or a worker thread during a restart) ---------------------
+
+    def _start_stub_placed(self) -> Stub:
+        # Where the first one was started: the host policy (--host-policy) of this instance, if any.
+        with bound(placement_of(self)):
+            return self._start_stub()
 
     def _start_stub(self) -> Stub:
         number = next(stub_numbers)
@@ -582,7 +588,7 @@ class PythonInstance:
 
     async def _restart_stub(self) -> None:
         try:
-            stub = await asyncio.to_thread(self._start_stub)
+            stub = await asyncio.to_thread(self._start_stub_placed)
             await self._attach_async(stub)
         except ModelhostError as e:
             self._failure = str(e)

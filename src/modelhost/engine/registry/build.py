@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from modelhost.backends.api import BackendContext, ModelInstance
 from modelhost.engine.model import LoadedModel
 from modelhost.engine.registry.model_memory import is_out_of_memory
 from modelhost.errors import ModelhostError, OutOfMemory
+from modelhost.host.host_policy import Placement, bound, policy_name, remember
 
 log = logging.getLogger("modelhost.registry")
 
@@ -55,15 +56,32 @@ def fault_as_error(build: Callable[..., LoadedModel], *args: Any) -> LoadedModel
         raise ModelhostError(f"{type(e).__name__}: {e}") from e
 
 
-def built_instances(backend: Any, ctx: BackendContext, plan: list[tuple[Any, int, int]]) -> list[Any]:
+def built_instances(
+    backend: Any,
+    ctx: BackendContext,
+    plan: list[tuple[Any, int, int]],
+    host_policies: Mapping[str, Placement] | None = None,
+) -> list[Any]:
     """The instances of the plan, in its order: built one after the other, or all at once on threads of their
     own for a backend with `parallel_instances` (a python model's instances each initialize in their own
-    process), as Triton builds them. Where one fails, those built are closed and its error raised."""
+    process), as Triton builds them. Where one fails, those built are closed and its error raised.
+
+    `host_policies`: an instance whose group follows one is built on a thread bound to it (what the framework
+    starts meanwhile, its thread pools or a stub process, inherits it), and remembered for its worker thread."""
+    policies = host_policies or {}
+
+    def build(group: Any, index: int, device: int) -> Any:
+        placement = policies.get(policy_name(group, device))
+        with bound(placement):
+            instance = backend.load_instance(ctx, group, index, device)
+        remember(instance, placement)
+        return instance
+
     if len(plan) < 2 or not getattr(backend, "parallel_instances", False):
         built: list[Any] = []
         try:
             for group, index, device in plan:
-                built.append(backend.load_instance(ctx, group, index, device))
+                built.append(build(group, index, device))
         except BaseException:
             for instance in built:
                 instance.close()
@@ -72,7 +90,7 @@ def built_instances(backend: Any, ctx: BackendContext, plan: list[tuple[Any, int
     with concurrent.futures.ThreadPoolExecutor(
         len(plan), thread_name_prefix=f"load-{ctx.model_name}"
     ) as pool:
-        futures = [pool.submit(backend.load_instance, ctx, g, i, d) for g, i, d in plan]
+        futures = [pool.submit(build, g, i, d) for g, i, d in plan]
         concurrent.futures.wait(futures)
     errors = [e for e in (f.exception() for f in futures) if e is not None]
     if errors:

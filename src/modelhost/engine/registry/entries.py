@@ -12,6 +12,7 @@ from modelhost.backends.registry import backend_settings
 from modelhost.engine.model import LoadedModel
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
 from modelhost.host.gpu_memory import GpuMemory
+from modelhost.host.host_policy import Placement
 from modelhost.repository.fingerprint import ModelFingerprint
 
 ControlMode = Literal["none", "poll", "explicit"]
@@ -83,6 +84,8 @@ class LoadSettings:
     # --model-load-on-demand (explicit mode): a request for a model of the repositories that is not loaded
     # loads it first.
     load_on_demand: bool = False
+    # --host-policy, checked against this host: policy name -> where its instances run (host/host_policy.py).
+    host_policies: dict[str, Placement] = field(default_factory=dict)
 
     def backend_settings(self, backend: str) -> dict[str, str]:
         return backend_settings(self.backend_config, backend)

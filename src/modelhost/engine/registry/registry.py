@@ -830,7 +830,7 @@ class ModelRegistry:
         self, ctx: BackendContext, backend: Any, plan: list[tuple[Any, int, int]]
     ) -> list[ModelInstance]:
         """Build the plan's instances and warm them up (before they serve, as in Triton); closed on failure."""
-        instances: list[ModelInstance] = built_instances(backend, ctx, plan)
+        instances: list[ModelInstance] = built_instances(backend, ctx, plan, self.settings.host_policies)
         try:
             for group, index, device in plan:
                 # Triton's line for a new instance (its backends', in their words)

@@ -37,6 +37,7 @@ from typing import Any
 from modelhost.backends.api import Arrays, Job, JobOutcomes, ModelInstance, RequestLevelInstance
 from modelhost.engine.scheduling.rate_limiter import InstanceNeeds, RateLimiter, Slot
 from modelhost.errors import Unavailable
+from modelhost.host.host_policy import bind_thread, placement_of
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,13 @@ class Worker:
         self.thread = (
             None
             if self.requests is not None
-            else ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"instance-{instance.name}")
+            else ThreadPoolExecutor(
+                max_workers=1,
+                thread_name_prefix=f"instance-{instance.name}",
+                # Where its host policy (--host-policy) puts it, as the thread that built it was.
+                initializer=bind_thread,
+                initargs=(placement_of(instance),),
+            )
         )
 
     def close(self) -> None:
