@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from typing import cast
 
 from modelhost import TRITON_COMPAT_VERSION
@@ -111,7 +112,18 @@ def _listen_addresses(bound: asyncio.Server) -> str:
     return ", ".join(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in bound.sockets)
 
 
-async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> int:
+@dataclass(eq=False)
+class ServeControl:
+    """How a program that runs `serve` on a loop of its own (modelhost.Server) reaches it: `ready` is set once it
+    serves, with `engine` and the ports bound; setting `stop` stops it as SIGTERM does."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    engine: Engine | None = None
+    ports: dict[str, int] = field(default_factory=dict)  # "http", "grpc", "metrics": those started in process
+
+
+async def serve(options: ServerOptions, control: ServeControl | None = None) -> int:
     try:
         repos = [open_repository(url) for url in options.model_repositories]
         sagemaker = SageMakerSettings.from_environ() if options.allow_sagemaker else None
@@ -143,6 +155,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
     mode = options.model_control_mode
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions
     server = Engine(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
+    if control is not None:
+        control.engine = server
     server.log_settings = LogSettings(options)
     server.shared_memory = SharedMemoryRegistry(
         allowed=options.allow_client_shm, reserved_prefixes=_reserved_shm_prefixes(options)
@@ -250,6 +264,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 options.grpc_address, options.grpc_port, reuse_port=options.reuse_grpc_port, ssl=tls.grpc
             )
             log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, grpc_port)
+            if control is not None:
+                control.ports["grpc"] = grpc_port
         if sagemaker is not None and frontends is None:
             sagemaker_routes = SageMakerRoutes(
                 server,
@@ -278,6 +294,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
                 polled,
             )
             log.info("Started Metrics Service at %s", _listen_addresses(metrics_server))
+            if control is not None:
+                control.ports["metrics"] = int(metrics_server.sockets[0].getsockname()[1])
         if vertex_ai is not None:
             # In this process whatever --frontend-processes: one port, which Vertex AI's own load balancer feeds.
             ready_names = [str(row["name"]) for row in await server.repository_index(ready_only=True)]
@@ -298,13 +316,15 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
             log.info("Started Vertex AI HTTPService at %s", _listen_addresses(vertex_ai_server))
         if http_server is not None:
             await http_server.start_serving()
+            if control is not None:
+                control.ports["http"] = int(http_server.sockets[0].getsockname()[1])
     except (OSError, FrontendStartError, VertexAiSettingsError) as e:
         log.error("failed to start the server: %s", e)
         # Nothing was accepted yet; the frontend processes started so far get the usual time to exit.
         await stop_serving()
         return 1
 
-    stop = asyncio.Event()
+    stop = asyncio.Event() if control is None else control.stop
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -329,8 +349,8 @@ async def serve(options: ServerOptions, ready: asyncio.Event | None = None) -> i
         failure_watch = stop_when_set(frontends.supervisor.failed, stop)
     if frontends is not None:
         frontends.service.opened.set()
-    if ready is not None:
-        ready.set()
+    if control is not None:
+        control.ready.set()
     # What was allocated while starting (models, configs, modules) lives until the end: out of every collection.
     gc.freeze()
     await stop.wait()

@@ -771,9 +771,18 @@ FEATURES: tuple[Item, ...] = (
         test="tests/deploy/test_aws_shapes.py::test_policy_signal_rises_under_load_and_is_zero_idle",
     ),
     Item(
-        "The C API and the in-process `tritonserver` Python API",
+        "The in-process `tritonserver` Python API",
+        State.PARTLY,
+        "`modelhost.Server` and `modelhost.Model`: start, load, unload, metadata, config, statistics, infer and "
+        "stream with numpy arrays, with or without the frontends; calls are synchronous (no asyncio API, no "
+        "DLPack tensors or custom allocators), and the names are modelhost's",
+        "python-api.md",
+        test="tests/e2e/test_python_api.py::test_each_backend_answers_through_the_api_as_over_http",
+    ),
+    Item(
+        "The C API (`libtritonserver.so`)",
         State.NOT_PLANNED,
-        "modelhost is a server; its Python API is `modelhost.backends` for backends",
+        "modelhost is a Python server; C programs use its HTTP or gRPC API",
     ),
 )
 
