@@ -58,6 +58,13 @@ CONFIG_NOTES: dict[str, Item] = {
         "sequence-batching.md",
     ),
     "cc_model_filenames": Item("cc_model_filenames", State.SUPPORTED, "TensorRT", "backends/tensorrt.md"),
+    "model_operations": Item(
+        "model_operations",
+        State.SUPPORTED,
+        "ONNX Runtime registers the libraries (as Triton's backend does); another backend fails the load",
+        "configuration.md",
+        test="tests/e2e/test_custom_ops.py::test_a_model_with_custom_operations_serves_with_their_library",
+    ),
     "model_repository_agents": Item(
         "model_repository_agents",
         State.SUPPORTED,

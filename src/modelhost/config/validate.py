@@ -132,9 +132,9 @@ def _check_model_metrics(config: ModelConfig) -> None:
 # Fields of ModelConfig that modelhost does not act on yet, and why: a config that sets one fails its load instead
 # of loading as if the field were honoured. Dotted paths go through repeated fields (any element). Listed in
 # docs/compatibility.md from here.
-FIELDS_NOT_SUPPORTED: dict[str, str] = {
-    "model_operations": "custom operation libraries (op_library_filename) are not loaded",
-}
+FIELDS_NOT_SUPPORTED: dict[str, str] = {}
+# Backends that load `model_operations` libraries (Triton's ONNX Runtime backend does; its others ignore them).
+OP_LIBRARY_BACKENDS = ("onnxruntime",)
 
 
 def _set_values(message: Any, path: list[str]) -> bool:
@@ -152,6 +152,14 @@ def _check_fields_not_supported(config: ModelConfig) -> None:
     for path, why in FIELDS_NOT_SUPPORTED.items():
         if _set_values(config, path.split(".")):
             raise InvalidConfig(f"'{path}' is not supported yet: {why} (model '{config.name}')")
+    backend = config.backend or ("onnxruntime" if config.platform == "onnxruntime_onnx" else config.platform)
+    if config.model_operations.op_library_filename and backend not in OP_LIBRARY_BACKENDS:
+        # Triton's other backends would load the model and ignore the libraries; a model that needs them would
+        # then fail at its first request.
+        raise InvalidConfig(
+            f"'model_operations' (custom operation libraries) is honoured by the onnxruntime backend only, not "
+            f"by '{backend}' (model '{config.name}'); load the library in the model itself, or with LD_PRELOAD"
+        )
 
 
 def check_config(config: ModelConfig, model_name: str, gpu_count: int, *, complete: bool = True) -> None:

@@ -21,6 +21,7 @@ import onnxruntime as ort
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
 from modelhost.backends.batching_fill import fill_batching, fill_dims
+from modelhost.backends.onnxruntime.custom_ops import register_op_libraries
 from modelhost.config.constants import DEFAULT_MAX_BATCH_SIZE
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import ModelConfigError
@@ -66,12 +67,17 @@ def _tensor_infos(nodes: Sequence[Any]) -> list[OnnxTensorInfo]:
     return infos
 
 
-def read_onnx_signature(path: Path, model_name: str) -> tuple[list[OnnxTensorInfo], list[OnnxTensorInfo]]:
-    """The model's inputs and outputs, from a single-threaded CPU session."""
+def read_onnx_signature(
+    path: Path, model_name: str, config: Any = None
+) -> tuple[list[OnnxTensorInfo], list[OnnxTensorInfo]]:
+    """The model's inputs and outputs, from a single-threaded CPU session (with the config's custom operation
+    libraries, which a model using their operations needs even to be read)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if config is not None:
+        register_op_libraries(options, config, model_name)
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
@@ -126,7 +132,7 @@ def autocomplete_onnx(
             f"'{config.default_model_filename}', and the configuration does not specify both inputs and "
             "outputs"
         )
-    inputs, outputs = read_onnx_signature(path, model_name)
+    inputs, outputs = read_onnx_signature(path, model_name, config)
 
     if _supports_batching(inputs) and _supports_batching(outputs):
         fill_batching(config, model_name, default_max_batch_size)

@@ -17,6 +17,7 @@ from modelhost.backends.api import Arrays, BackendContext
 from modelhost.backends.cpu_threads import default_intra_op_threads
 from modelhost.backends.model_io import TensorInfo, check_io, config_shape, fed_by_server
 from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx
+from modelhost.backends.onnxruntime.custom_ops import register_op_libraries
 from modelhost.backends.params import int_param, param
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import BackendInvalidArgument, InternalError, InvalidArgument, ModelConfigError
@@ -68,6 +69,7 @@ def session_options(ctx: BackendContext) -> ort.SessionOptions:
         -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
         1: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    register_op_libraries(opts, ctx.config, ctx.model_name)
     return opts
 
 
