@@ -151,6 +151,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
         memory_budget=options.model_memory_budget,
         load_on_demand=options.model_load_on_demand,
         host_policies=placements(options.host_policies),  # checked by ServerOptions
+        namespacing=options.model_namespacing,
     )
     mode = options.model_control_mode
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions

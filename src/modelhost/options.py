@@ -100,6 +100,8 @@ class ServerOptions:
     grpc_address: str = "0.0.0.0"
     # SO_REUSEPORT on the listeners: several servers share the port and the kernel spreads connections.
     reuse_http_port: bool = False
+    # --model-namespacing: the same model name may be in several repositories.
+    model_namespacing: bool = False
     reuse_grpc_port: bool = False
     # Regular expressions of the headers (metadata) forwarded as request parameters; "" forwards none.
     http_header_forward_pattern: str = ""

@@ -69,6 +69,7 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "vertex_ai_port": 8080,
         "vertex_ai_default_model": "",
         "host_policies": {},
+        "model_namespacing": False,
         "grpc_port": 8001,
         "metrics_address": "0.0.0.0",
         "metrics_port": 8002,
@@ -230,6 +231,7 @@ HONOURED_SAMPLES = {
     "rate-limit": "execution_count",
     "rate-limit-resource": "R1:4",
     "host-policy": "cpu,cpu-cores=0",
+    "model-namespacing": "true",
     "allow-gpu-metrics": "false",
     "allow-cpu-metrics": "false",
     "metrics-interval-ms": "500",
@@ -773,7 +775,7 @@ def test_serve_help_documents_every_flag_with_its_default(capsys: pytest.Capture
         assert flag.option in out
     assert "(default: 8000)" in out
     assert "[ignored:" in out
-    assert "[not supported yet; accepted: false]" in out
+    assert "[not supported yet; accepted: 2147483647]" in out
 
 
 def test_top_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:

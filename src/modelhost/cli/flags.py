@@ -165,9 +165,10 @@ FLAGS: tuple[Flag, ...] = (
               "Number of model versions loaded concurrently.", field="model_load_thread_count"),
     _honoured("model-load-retry-count", "int", "0", REPOSITORY,
               "Times to retry loading a model version that failed to load.", field="model_load_retry_count"),
-    _refused("model-namespacing", "bool", "false", REPOSITORY,
-             "Allow the same model name in different repositories.",
-             "model namespacing is not implemented yet", accepted=("false",)),
+    _honoured("model-namespacing", "bool", "false", REPOSITORY,
+              "Allow the same model name in different repositories, each model in its repository's namespace: "
+              "an ensemble's steps are its repository's models, metrics carry a namespace label, and a request "
+              "naming a model several repositories hold is refused as ambiguous.", field="model_namespacing"),
     _ignored("enable-peer-access", "bool", "true", REPOSITORY,
              "Enable GPU peer-to-peer access.", _NO_GPU),
     # Logging

@@ -672,10 +672,12 @@ FEATURES: tuple[Item, ...] = (
     Item("OpenAI-compatible frontend (Triton's `python/openai`)", State.NOT_YET),
     Item(
         "Model namespacing",
-        State.NOT_YET,
-        "a model name must be unique across repositories",
-        "cli.md",
+        State.SUPPORTED,
+        "`--model-namespacing`: ensembles use their repository's models, `namespace` metric label, ambiguous "
+        "names refused; an ambiguous model's errors and logs name it by its directory",
+        "model-management.md",
         flag="model-namespacing",
+        test="tests/e2e/test_model_namespacing.py::test_each_ensemble_uses_its_own_repositorys_model",
     ),
     Item(
         "gRPC over TLS, mutual TLS (`--grpc-use-ssl`, `--grpc-use-ssl-mutual`)",

@@ -263,6 +263,8 @@ def render(
     for model in models:
         stats, model_config = (model, None) if isinstance(model, ModelStats) else (model.stats, model.config)
         label_sets.append(model_label_set(stats.name, stats.version, model_config))
+        if stats.namespace:  # --model-namespacing, as Triton labels it
+            label_sets[-1]["namespace"] = stats.namespace
         decoupled = False if isinstance(model, ModelStats) else model.decoupled
         entries.append((stats, format_labels(label_sets[-1]), model_config, decoupled))
     lines = [

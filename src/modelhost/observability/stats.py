@@ -341,6 +341,8 @@ class ModelStats:
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     cached: bool = False  # the model's responses are cached (its cache families are exported)
+    # --model-namespacing: the repository the model comes from, a label of its metrics ("" without namespacing).
+    namespace: str = ""
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     batches: dict[int, BatchStats] = field(default_factory=dict)
     responses: dict[int, ResponseStats] = field(default_factory=dict)

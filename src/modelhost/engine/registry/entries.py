@@ -16,6 +16,14 @@ from modelhost.host.host_policy import Placement
 from modelhost.repository.fingerprint import ModelFingerprint
 
 ControlMode = Literal["none", "poll", "explicit"]
+
+
+def display_name(key: str) -> str:
+    """A model's name from its registry key. The key is the name, except under --model-namespacing for a name
+    several repositories hold: the model's directory then (a path, which no model name can be)."""
+    return Path(key).name if "/" in key else key
+
+
 UNLOADED = "unloaded"
 
 
@@ -86,6 +94,8 @@ class LoadSettings:
     load_on_demand: bool = False
     # --host-policy, checked against this host: policy name -> where its instances run (host/host_policy.py).
     host_policies: dict[str, Placement] = field(default_factory=dict)
+    # --model-namespacing: a name may be in several repositories, each model its repository's.
+    namespacing: bool = False
 
     def backend_settings(self, backend: str) -> dict[str, str]:
         return backend_settings(self.backend_config, backend)

@@ -51,6 +51,7 @@ from modelhost.engine.registry.entries import (
     ModelEntry,
     ModelState,
     VersionEntry,
+    display_name,
     select_versions,
 )
 from modelhost.engine.registry.instance_update import (
@@ -112,6 +113,8 @@ class ModelRegistry:
         self._last_size: dict[str, int] = {}
         # Models registered by name from a directory outside the repositories (SageMaker's POST /models).
         self.registered: dict[str, Path] = {}
+        # --model-namespacing: the names several repositories hold, and their models' keys (display_name).
+        self.ambiguous: dict[str, list[str]] = {}
 
     # -- repositories ------------------------------------------------------------------------------------------
 
@@ -144,7 +147,37 @@ class ModelRegistry:
                 found.setdefault(name, []).append(path)
         for name, path in self.registered.items():
             found[name] = [path]  # a registered mapping takes precedence over the repositories, as in Triton
+        if self.settings.namespacing:
+            # Each repository's model of a shared name is a model of its own, keyed by its directory.
+            self.ambiguous = {name: [str(d) for d in dirs] for name, dirs in found.items() if len(dirs) > 1}
+            for name, keys in self.ambiguous.items():
+                del found[name]
+                for key in keys:
+                    found[key] = [Path(key)]
         return found
+
+    def keys_of(self, name: str) -> list[str]:
+        """The registry keys a name asked for stands for: itself, or under --model-namespacing every
+        repository's model of that name (a load or unload by name acts on them all, as in Triton)."""
+        return list(self.ambiguous.get(name, [name]))
+
+    def _namespace(self, model_dir: Path) -> str:
+        return str(model_dir.parent) if self.settings.namespacing else ""
+
+    def _resolve_steps(self, config: Any, model_dir: Path) -> None:
+        """Under --model-namespacing, an ensemble's step naming a model several repositories hold is its own
+        repository's (Triton sets the step's model_namespace so): the step then names that model's key."""
+        for step in config.ensemble_scheduling.step:
+            keys = self.ambiguous.get(step.model_name)
+            if keys is None:
+                continue
+            own = str(model_dir.parent / step.model_name)
+            if own not in keys:
+                raise ModelConfigError(
+                    f"ensemble {config.name} contains models that are not available or ambiguous: "
+                    f"{step.model_name}"
+                )
+            step.model_name = own
 
     # -- startup, polling, load and unload requests -------------------------------------------------------------
 
@@ -155,6 +188,9 @@ class ModelRegistry:
         wanted = sorted(scanned) if names is None else list(dict.fromkeys(names))
         if "*" in wanted:
             wanted = sorted(scanned)
+        wanted = [
+            key for name in wanted for key in self.keys_of(name)
+        ]  # --model-namespacing: each repository's
         for name in wanted:
             if name not in scanned:  # asked for by --load-model: a startup failure, as in Triton
                 self.models[name] = ModelEntry(name, error="model not found in any model repository")
@@ -175,6 +211,17 @@ class ModelRegistry:
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
         """Load or reload a model (the repository extension's load); raises with the reason when it fails."""
         check_model_name(name)
+        if self.settings.namespacing and len(keys := self._keys_now(name)) > 1:
+            for key in keys:  # every repository's model of that name, as Triton loads them
+                await self._load_key(key, override)
+            return
+        await self._load_key(name, override)
+
+    def _keys_now(self, name: str) -> list[str]:
+        self.scan()  # the names the repositories share now
+        return self.keys_of(name)
+
+    async def _load_key(self, name: str, override: LoadOverride | None) -> None:
         async with self._lock(name):
             if override is None or not override.files:
                 try:
@@ -192,7 +239,12 @@ class ModelRegistry:
         """Stop serving every version of a model; each closes once its in-flight requests are answered. The
         ensembles using it go too. `composing` (an ensemble unloaded with `unload_dependents`): so do its
         composing models that were loaded only for it and that no other loaded ensemble uses, as in Triton."""
-        check_model_name(name)
+        if "/" not in name:
+            check_model_name(name)
+            if name in self.ambiguous:
+                for key in self.ambiguous[name]:
+                    await self.unload(key, composing=composing)
+                return
         steps: list[str] = []
         async with self._lock(name):
             entry = self.models.get(name)
@@ -333,7 +385,9 @@ class ModelRegistry:
             elif override is None:
                 entry.seen = seen
             try:
-                config = await asyncio.to_thread(self._read_config, model_dir, override, name)
+                config = await asyncio.to_thread(self._read_config, model_dir, override, display_name(name))
+                if self.ambiguous and is_ensemble(config):
+                    self._resolve_steps(config, model_dir)
             except ModelhostError:
                 raise
             except Exception as e:  # a fault of ours (an auto-complete hook, say) fails this model only
@@ -549,7 +603,12 @@ class ModelRegistry:
         return ensemble_cycle(name, config, lambda model: self._steps_in_files(model, scanned))
 
     def _steps_in_files(self, model: str, scanned: dict[str, list[Path]]) -> list[str]:
-        return steps_in_files(scanned.get(model, []), model, self.settings.config_name)
+        dirs = scanned.get(model, [])
+        steps = steps_in_files(dirs, model, self.settings.config_name)
+        if not self.ambiguous or len(dirs) != 1:
+            return steps
+        # --model-namespacing: a shared name in a step is the ensemble's own repository's model (its key).
+        return [str(dirs[0].parent / s) if s in self.ambiguous else s for s in steps]
 
     def _build_ensemble(
         self, name: str, version: int, model_dir: Path, config: Any, composing: dict[str, Any]
@@ -560,13 +619,14 @@ class ModelRegistry:
         config.model_transaction_policy.SetInParent()
         config.model_transaction_policy.decoupled = plan.decoupled
         model = LoadedModel(
-            name,
+            display_name(name),
             version,
             config,
             model_dir,
             InstancePool([]),
             ensemble=EnsembleScheduler(plan, config, self.services),
         )
+        model.stats.namespace = self._namespace(model_dir)
         self._ensemble_labels(model, config, composing)
         # A decoupled ensemble is not cached (as a decoupled model: refused at load by Triton).
         model.stats.cached = (
@@ -814,7 +874,7 @@ class ModelRegistry:
     def _context(self, name: str, version: int, model_dir: Path, config: Any, backend: Any) -> BackendContext:
         backend_config = self.settings.backend_settings(backend.name)
         return BackendContext(
-            model_name=name,
+            model_name=display_name(name),
             version=version,
             model_dir=model_dir,
             version_dir=model_dir / str(version),
@@ -870,7 +930,8 @@ class ModelRegistry:
             for instance in instances:
                 instance.close()
             raise
-        model = LoadedModel(name, version, config, model_dir, pool)
+        model = LoadedModel(display_name(name), version, config, model_dir, pool)
+        model.stats.namespace = self._namespace(model_dir)
         model.placements = [(signature(g, d), i) for (g, _, d), i in zip(plan, instances, strict=True)]
         model.stats.cached = self.settings.response_cache and bool(config.response_cache.enable)
         return model
@@ -978,6 +1039,11 @@ class ModelRegistry:
     def get(self, name: str, version: str = "") -> LoadedModel:
         """The version that serves a request, with Triton's messages when there is none."""
         entry = self.models.get(name)
+        if entry is None and name in self.ambiguous:
+            raise InvalidArgument(
+                f"There are {len(self.ambiguous[name])} identifiers of model '{name}' in global map, model "
+                "namespace must be provided to resolve ambiguity."
+            )
         if entry is None:
             raise NotFound(f"Request for unknown model: '{name}' is not found")
         if version:

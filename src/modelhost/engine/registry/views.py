@@ -8,7 +8,7 @@ from pathlib import Path
 
 from modelhost.backends.registry import backend_module
 from modelhost.config.normalize import is_ensemble
-from modelhost.engine.registry.entries import ModelEntry, ModelState
+from modelhost.engine.registry.entries import ModelEntry, ModelState, display_name
 
 
 def index_rows(
@@ -24,11 +24,13 @@ def index_rows(
     names = set(models)
     if not ready_only:
         names |= set(scanned)  # models in the repository that were never loaded: their name only
-    for name in sorted(names):
-        entry = models.get(name)
+    # By name; a name several repositories hold (--model-namespacing) once per repository, each row by its name.
+    for key in sorted(names, key=lambda k: (display_name(k), k)):
+        name = display_name(key)
+        entry = models.get(key)
         if (
             entry is not None
-            and name not in scanned
+            and key not in scanned
             and not any(v.model is not None for v in entry.versions.values())
         ):
             continue  # gone from the repository (or loaded from overrides) and unloaded: not listed, as Triton
