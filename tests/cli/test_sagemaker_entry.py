@@ -50,6 +50,7 @@ def test_defaults_single_model(repo: Path) -> None:
         "--allow-http=false",
         "--model-control-mode=explicit",
         f"--model-repository={repo}",
+        "--model-namespacing=true",
         "--allow-grpc=false",
         "--allow-metrics=false",
         "--log-verbose=true",
@@ -61,7 +62,6 @@ def test_defaults_single_model(repo: Path) -> None:
         "SAGEMAKER_TRITON_PING_MODE": "ready",
         "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "resnet",
     }
-    assert not any("model-namespacing" in arg for arg in result.argv)
 
 
 def test_defaults_are_the_real_paths() -> None:
@@ -177,25 +177,11 @@ def test_values_with_spaces_stay_one_argument(repo: Path) -> None:
 # Left out, with a note --------------------------------------------------------------------------------------
 
 
-def test_model_namespacing_is_never_passed(repo: Path) -> None:
-    for value in (None, "true", "false", "OFF"):
+def test_model_namespacing_as_the_script_passes_it(repo: Path) -> None:
+    # On by default; the variable's value passed as is (the script's name for it notwithstanding).
+    for value, passed in ((None, "true"), ("true", "true"), ("false", "false"), ("OFF", "OFF")):
         environ = {} if value is None else {"SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": value}
-        result = launch(environ, repo)
-        assert not any(arg.startswith("--model-namespacing") for arg in result.argv)
-        assert sum("--model-namespacing" in note for note in result.notes) == 1
-
-
-def test_model_namespacing_notes(repo: Path) -> None:
-    (unset,) = [n for n in launch({}, repo).notes if "namespacing" in n]
-    assert "--model-namespacing=true left out" in unset
-    assert "does not namespace model names" in unset
-    (asked,) = [n for n in launch({"SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "true"}, repo).notes
-                if "namespacing" in n]  # fmt: skip
-    assert "asks for namespacing" in asked
-    assert "does not namespace model names" in asked
-    (off,) = [n for n in launch({"SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false"}, repo).notes
-              if "namespacing" in n]  # fmt: skip
-    assert "what modelhost does anyway" in off
+        assert values(launch(environ, repo).argv, "--model-namespacing") == [passed]
 
 
 def test_model_namespacing_bad_value_fails(repo: Path) -> None:
@@ -455,7 +441,6 @@ def test_main_dry_run(
     assert "--sagemaker-port=9090" in words
     assert words[-2:] == ["--load-model=resnet", "--exit-timeout-secs=3"]
     assert "Starting with the only existing model directory resnet" in err
-    assert "--model-namespacing=true left out" in err
     assert "SAGEMAKER_TRITON_PING_MODE" not in os.environ  # a dry run changes nothing
 
 

@@ -115,8 +115,9 @@ def sagemaker_launch(
         "--model-control-mode=explicit",
         f"--model-repository={repository}",
     ]
-    namespacing = get("SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING")
-    notes.append(_namespacing_note(namespacing))
+    # As the script: namespacing on, unless the variable says otherwise (its value is passed as is).
+    namespacing = get("SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING")  # its value checked last, as tritonserver
+    argv.append(f"--model-namespacing={namespacing if namespacing is not None else 'true'}")
 
     def flag(option: str, variable: str, default: str | None = None) -> None:
         value = get(variable) or default
@@ -170,30 +171,12 @@ def sagemaker_launch(
         argv.append(f"--load-model={model}")
         environ_out["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = model
     if namespacing is not None and bool_or_none(namespacing) is None:
-        # tritonserver itself refuses the value; left out here, it would pass unnoticed.
+        # tritonserver itself refuses the value; modelhost's parser would too, with a less telling message.
         raise SageMakerEntryError(
             f"ERROR: Invalid SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING '{namespacing}' "
             "(passed as --model-namespacing: must be true or false)"
         )
     return SageMakerLaunch(argv=argv, environ=environ_out, notes=notes)
-
-
-def _namespacing_note(namespacing: str | None) -> str:
-    why = (
-        "modelhost does not namespace model names by repository: a model name found in two repositories "
-        "(e.g. the same composing model in two MME ensembles) makes that model unavailable."
-    )
-    if namespacing is None:
-        return f"NOTE: --model-namespacing=true left out (the script's default): {why}"
-    if bool_or_none(namespacing) is False:
-        return (
-            f"NOTE: --model-namespacing={namespacing} left out "
-            f"(SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING={namespacing}): it is what modelhost does anyway."
-        )
-    return (
-        f"NOTE: --model-namespacing={namespacing} left out (SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING="
-        f"{namespacing}: the script passes the value as is, so this asks for namespacing): {why}"
-    )
 
 
 def _default_model(model_dir: Path, name: str | None, notes: list[str]) -> str:
