@@ -54,7 +54,8 @@ CONFIG_NOTES: dict[str, Item] = {
     "sequence_batching": Item(
         "sequence_batching",
         State.PARTLY,
-        "direct and oldest; the fields below that fail the load",
+        "direct, oldest and iterative; not yet: a python model's implicit state (it keeps its own, by "
+        "correlation id)",
         "sequence-batching.md",
     ),
     "cc_model_filenames": Item("cc_model_filenames", State.SUPPORTED, "TensorRT", "backends/tensorrt.md"),
