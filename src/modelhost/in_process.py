@@ -19,9 +19,11 @@ HTTP and gRPC frontends use, with numpy arrays in and out. The frontends start o
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import queue
 import threading
+import time
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +42,8 @@ T = TypeVar("T")
 Arrays = dict[str, npt.NDArray[Any]]
 # How long start() waits for the models to load by default.
 START_TIMEOUT_S = 600.0
+# How often a caller waiting for an answer looks whether the server is still running.
+_POLL_S = 0.2
 
 
 class ServerError(RuntimeError):
@@ -102,22 +106,36 @@ class Server:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)  # this thread's loop (the cleanup below gathers on it)
             self._loop = loop
             started.set()
             try:
                 self._exit_code = loop.run_until_complete(serve(self.options, control))
             finally:
+                # Calls still under way (another thread's infer or stream) end with the server, not hang.
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.close()
 
         self._control = control
         self._thread = threading.Thread(target=run, name="modelhost-server", daemon=True)
         self._thread.start()
         started.wait()
-        serving = self._call(_wait_set(control.ready), timeout, until_done=self._thread)
-        if not serving:
-            self._thread.join(timeout)
-            raise ServerError(f"the server did not start (exit code {self._exit_code}); its log says why")
+        try:
+            self._call(_wait_set(control.ready), timeout)
+        except TimeoutError:
+            self.stop()
+            raise ServerError(f"the server did not start within {timeout:g} s") from None
+        except ServerError:
+            self.stop()
+            raise ServerError(
+                f"the server did not start (exit code {self._exit_code}); its log says why"
+            ) from None
         if wait_until_ready and not self.ready():
+            self.stop()  # nothing left running behind the error: stubs, ports, threads
             raise ServerError("the server started but is not ready: a model failed to load (see its log)")
         return self
 
@@ -153,29 +171,34 @@ class Server:
         """Run one of `engine`'s coroutines on the server's loop and wait for its result."""
         return self._call(coroutine, timeout)
 
-    def _call(
-        self,
-        coroutine: Coroutine[Any, Any, T],
-        timeout: float | None,
-        until_done: threading.Thread | None = None,
-    ) -> T:
-        loop = self._loop
-        if loop is None or loop.is_closed():
+    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        loop, thread = self._loop, self._thread
+        if loop is None or loop.is_closed() or thread is None:
             coroutine.close()
             raise ServerError("the server is not running")
         future = asyncio.run_coroutine_threadsafe(coroutine, loop)
-        if until_done is None:
-            return future.result(timeout)
-        # Starting: the server may end (a failed start) before the result comes.
-        while not future.done():
-            if not until_done.is_alive():
-                future.cancel()
-                raise ServerError(f"the server did not start (exit code {self._exit_code}); its log says why")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # Waited for in short steps: a server that ends meanwhile (a failed start, a stop) ends the wait.
+        while True:
             try:
-                return future.result(0.1)
+                return future.result(_POLL_S)
+            except concurrent.futures.CancelledError:
+                raise ServerError("the server stopped before answering") from None
             except TimeoutError:
-                continue
-        return future.result()
+                if future.done():
+                    raise  # the call's own TimeoutError, not the wait's
+            if not thread.is_alive() and not future.done():
+                future.cancel()
+                raise ServerError(
+                    f"the server is not running (exit code {self._exit_code}); its log says why"
+                )
+            if deadline is not None and time.monotonic() > deadline:
+                future.cancel()
+                raise TimeoutError(f"no answer within {timeout:g} s")
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     @property
     def ports(self) -> dict[str, int]:
@@ -274,7 +297,10 @@ class Model:
             try:
                 async for response in engine.infer_stream(request):
                     answers.put(("response", response))
-            except BaseException as e:  # handed to the reading thread, which raises it
+            except asyncio.CancelledError:  # the server stopped (or the reader left): said as such
+                answers.put(("error", ServerError("the server stopped before the stream ended")))
+                raise
+            except Exception as e:  # handed to the reading thread, which raises it
                 answers.put(("error", e))
             else:
                 answers.put(("end", None))
@@ -282,7 +308,12 @@ class Model:
         task = self.server.call(_started(pump()))
         try:
             while True:
-                kind, item = answers.get()
+                try:
+                    kind, item = answers.get(timeout=_POLL_S)
+                except queue.Empty:
+                    if not self.server.running:
+                        raise ServerError("the server stopped before the stream ended") from None
+                    continue
                 if kind == "end":
                     return
                 if kind == "error":

@@ -40,6 +40,21 @@ def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) ->
     _with_agent(repo, "sha256", {"SHA256:1/model.onnx": digest})
     _with_agent(repo, "no_algorithm", {"1/model.onnx": digest})
     _with_agent(repo, "other_agent", {}, agent="relocation")
+    # A python model whose auto_complete_config leaves a mark: with its file mismatched, it must never run.
+    tampered = repo / "tampered_python"
+    (tampered / "1").mkdir(parents=True)
+    marker = repo.parent / f"{repo.name}-auto-complete-ran"
+    (tampered / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    @staticmethod\n"
+        "    def auto_complete_config(config):\n"
+        f"        open({str(marker)!r}, 'w').close()\n"
+        "        return config\n"
+    )
+    (tampered / "config.pbtxt").write_text(
+        'backend: "python"\nmodel_repository_agents { agents [ { name: "checksum" parameters [ '
+        f'{{ key: "MD5:1/model.py" value: "{"0" * 32}" }} ] }} ] }}\n'
+    )
     log = tmp_path_factory.mktemp("logs") / "server.log"
     with running_server([repo], log, "--exit-on-error=false", "--model-control-mode=explicit",
                         "--load-model=*", wait_ready=False) as running:  # fmt: skip
@@ -54,6 +69,19 @@ EXPECTED_FAILURES = {
     "no_algorithm": "failed to parse key: 1/model.onnx",
     "other_agent": "repository agent 'relocation' is not available",
 }
+
+
+def test_a_refused_models_code_never_runs(
+    server: RunningServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The agent checks the files before anything of the model runs: not even its auto_complete_config."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        row = next(r for r in client.get_model_repository_index() if r["name"] == "tampered_python")
+    finally:
+        client.close()
+    assert "Mismatched MD5 hash for file 1/model.py" in row["reason"]
+    assert not list(tmp_path_factory.getbasetemp().glob("*-auto-complete-ran"))
 
 
 def test_matching_files_load_and_serve(server: RunningServer) -> None:

@@ -14,7 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 
 import modelhost
-from modelhost.errors import InvalidArgument, NotFound
+from modelhost.errors import InvalidArgument, ModelhostError, NotFound
 from modelhost.in_process import ServerError
 
 EXAMPLES = Path(modelhost.__file__).parent / "examples"
@@ -176,3 +176,36 @@ def test_a_server_that_cannot_start_says_so(tmp_path: Path) -> None:
         modelhost.Server(model_repository=tmp_path, http_port=70000)
     with pytest.raises(ServerError, match="did not start"):
         modelhost.Server(model_repository=tmp_path / "missing").start()
+
+
+def test_a_model_that_fails_to_load_fails_the_start_and_leaves_nothing_running(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    shutil.copytree(EXAMPLES / "simple", repo / "simple")
+    (repo / "simple" / "1" / "model.onnx").write_bytes(b"not a model")
+    server = modelhost.Server(model_repository=repo, exit_on_error=False, http_port=0)
+    with pytest.raises(ServerError, match="a model failed to load"):
+        server.start()
+    assert not server.running
+
+
+def test_a_stop_while_a_stream_is_read_ends_the_stream(tmp_path: Path) -> None:
+    import threading
+
+    repo = tmp_path / "models"
+    shutil.copytree(PYTHON_MODELS / "square_decoupled", repo / "square_decoupled")
+    server = modelhost.Server(model_repository=repo, exit_timeout_secs=1).start()
+    ended: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            for _ in server.model("square_decoupled").stream({"IN": np.array([100_000], dtype=np.int32)}):
+                pass
+            ended.append(None)
+        except (ServerError, ModelhostError) as e:
+            ended.append(e)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    server.stop()
+    reader.join(60)
+    assert not reader.is_alive(), "the reader was left waiting on a stopped server"

@@ -716,7 +716,8 @@ FEATURES: tuple[Item, ...] = (
         "Port reuse (`SO_REUSEPORT` between servers)",
         State.SUPPORTED,
         "`--reuse-http-port`, `--reuse-grpc-port`; without them a second server on a taken port stops, "
-        "whatever `--frontend-processes`",
+        "whatever `--frontend-processes`; but a server that asks for reuse can join one with frontend "
+        "processes that did not (they share their port with SO_REUSEPORT among themselves)",
         "cli.md",
         flag="reuse-http-port",
         test="tests/e2e/test_port_reuse.py::test_two_servers_share_the_http_and_grpc_ports",

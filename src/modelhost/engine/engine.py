@@ -312,9 +312,9 @@ class Engine:
         if cache is not None:
             started = time.perf_counter_ns()
             if sum(t.data.nbytes for t in request.inputs) > _HASH_ON_THREAD_BYTES:  # keep the loop serving
-                key = await asyncio.to_thread(cache_key, model.name, model.version_str, request)
+                key = await asyncio.to_thread(cache_key, model.cache_name, model.version_str, request)
             else:
-                key = cache_key(model.name, model.version_str, request)
+                key = cache_key(model.cache_name, model.version_str, request)
             hit = await cache.lookup(key, request, model.version_str)
             lookup_ns = time.perf_counter_ns() - started
             if hit is not None:

@@ -89,6 +89,9 @@ class LoadedModel:
         self.outputs_typed_by_model = pool.request_level  # python models and python-based backends
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.stats = ModelStats(name, self.version_str)
+        # What the response cache keys this model's answers by: its name, and under --model-namespacing its
+        # repository too (two repositories' models of one name must not share answers).
+        self.cache_name = name
         # The scheduler in front of the instances (scheduling/): a request alone on an idle instance, or batched.
         # Triton accepts dynamic_batching on a non-batching model and does not batch it; neither do we.
         batching = config.HasField("dynamic_batching") and self.max_batch_size > 0

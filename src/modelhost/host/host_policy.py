@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import platform
 import re
@@ -32,6 +33,7 @@ _NODES = Path("/sys/devices/system/node")
 # set_mempolicy(2), which Python does not wrap; its number by architecture, and its modes.
 _SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
 _MPOL_DEFAULT, _MPOL_BIND = 0, 2
+log = logging.getLogger("modelhost.host_policy")
 _RANGE = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?")
 
 
@@ -90,6 +92,8 @@ def _spans(cores: frozenset[int]) -> str:
 
 def placements(policies: Mapping[str, Mapping[str, str]]) -> dict[str, Placement]:
     """Each policy checked against this host; HostPolicyError names the policy and what is wrong."""
+    if not policies:
+        return {}
     usable = frozenset(os.sched_getaffinity(0))
     nodes = numa_nodes()
     result: dict[str, Placement] = {}
@@ -158,6 +162,13 @@ def bind_thread(placement: Placement | None) -> None:
     """Put the calling thread (and what it starts from now on) where `placement` says."""
     if placement is None:
         return
+    try:
+        _bind(placement)
+    except (OSError, HostPolicyError) as e:  # a worker thread that cannot be bound still serves, unbound
+        log.error("host policy: the instance's thread could not be bound: %s", e)
+
+
+def _bind(placement: Placement) -> None:
     if placement.cores is not None:
         os.sched_setaffinity(0, placement.cores)  # 0: the calling thread, on Linux
     if placement.numa_node is not None:
@@ -172,7 +183,7 @@ def bound(placement: Placement | None) -> Iterator[None]:
         return
     before = os.sched_getaffinity(0)
     try:
-        bind_thread(placement)
+        _bind(placement)  # failing here fails the instance's load, with the reason
         yield
     finally:
         os.sched_setaffinity(0, before)

@@ -35,10 +35,15 @@ def _check_one(model_dir: Path, key: str, expected: str) -> None:
         raise InvalidArgument(f"failed to parse key: {key}")
     if algorithm.lower() != "md5":
         raise Unsupported(f"Unsupported checksum algorithm: {algorithm}")
-    root = model_dir.resolve()
-    path = (root / relative).resolve()
+    try:
+        root = model_dir.resolve()
+        path = (root / relative).resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python 3.11)
+        raise InvalidArgument(f"failed to open text file for read {relative}: {e}") from None
     if not path.is_relative_to(root):  # the agent reads the model's own files, nothing outside them
         raise InvalidArgument(f"checksum file {relative} is outside the model directory")
+    if path.exists() and not path.is_file():  # a directory, or a FIFO that would block the loading thread
+        raise InvalidArgument(f"failed to open text file for read {relative}: not a regular file")
     digest = hashlib.md5(usedforsecurity=False)
     try:
         with open(path, "rb") as file:

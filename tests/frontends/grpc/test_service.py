@@ -78,3 +78,10 @@ def test_a_server_streaming_call_without_its_request_message_is_invalid() -> Non
     with pytest.raises(AbortError) as aborted:
         asyncio.run(asyncio.wait_for(main(), 10))
     assert aborted.value.code.name == "INVALID_ARGUMENT"
+
+
+def test_binary_metadata_that_is_not_base64_ends_the_call_as_invalid() -> None:
+    context = GrpcCall([(b"x-key-bin", b"abcde")])  # five characters: no base64 length
+    with pytest.raises(AbortError) as aborted:
+        context.invocation_metadata()
+    assert aborted.value.code.name == "INVALID_ARGUMENT" and "x-key-bin" in aborted.value.message

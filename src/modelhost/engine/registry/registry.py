@@ -27,7 +27,9 @@ from modelhost.backends.registry import backend_for
 from modelhost.config import (
     complete_model_config,
     config_from_json,
+    config_path,
     load_model_config,
+    read_config,
 )
 from modelhost.config.normalize import is_ensemble
 from modelhost.engine.classification import read_labels
@@ -214,6 +216,8 @@ class ModelRegistry:
         if self.settings.namespacing and len(keys := self._keys_now(name)) > 1:
             for key in keys:  # every repository's model of that name, as Triton loads them
                 await self._load_key(key, override)
+            if name in self.models:  # loaded while the name was one repository's: the copies replace it
+                await self.unload(name)
             return
         await self._load_key(name, override)
 
@@ -239,12 +243,18 @@ class ModelRegistry:
         """Stop serving every version of a model; each closes once its in-flight requests are answered. The
         ensembles using it go too. `composing` (an ensemble unloaded with `unload_dependents`): so do its
         composing models that were loaded only for it and that no other loaded ensemble uses, as in Triton."""
-        if "/" not in name:
+        if (
+            name not in self.models or "/" not in name
+        ):  # a namespaced model's key is not a name a client sends
             check_model_name(name)
-            if name in self.ambiguous:
-                for key in self.ambiguous[name]:
+            # --model-namespacing: every repository's model of that name, including copies loaded while the name
+            # was shared (or before it was): an unload by name leaves none of them serving.
+            copies = [k for k in self.models if "/" in k and display_name(k) == name]
+            if copies or name in self.ambiguous:
+                for key in dict.fromkeys([*self.ambiguous.get(name, []), *copies]):
                     await self.unload(key, composing=composing)
-                return
+                if name not in self.models:
+                    return
         steps: list[str] = []
         async with self._lock(name):
             entry = self.models.get(name)
@@ -335,6 +345,18 @@ class ModelRegistry:
             raise InvalidArgument(f"model '{name}' appears in multiple model repositories: {where}")
         return dirs[0]
 
+    def _run_agents(self, model_dir: Path, override: LoadOverride | None, name: str) -> None:
+        """The repository agents the config names (parsed, not completed), run on the model's files."""
+        if override is not None and override.config_json is not None:
+            written = config_from_json(override.config_json, model_dir.name)
+        else:
+            path = config_path(model_dir, self.settings.config_name)
+            if path is None:
+                return  # no config file: no agent named
+            written = read_config(path, name)
+        if written.model_repository_agents.agents:
+            run_repository_agents(written, model_dir)
+
     def _read_config(self, model_dir: Path, override: LoadOverride | None, name: str = "") -> Any:
         settings = self.settings
         # --backend-config=default-max-batch-size (global) and =<backend>,default-max-batch-size, by backend.
@@ -373,7 +395,9 @@ class ModelRegistry:
         holder: tempfile.TemporaryDirectory[str] | None = None
         try:
             if override is not None and override.files:
-                holder, model_dir = await asyncio.to_thread(write_model_files, name, override.files)
+                holder, model_dir = await asyncio.to_thread(
+                    write_model_files, display_name(name), override.files
+                )
                 dirs = [model_dir]
             else:
                 model_dir = self._model_dir(name, dirs)
@@ -385,6 +409,9 @@ class ModelRegistry:
             elif override is None:
                 entry.seen = seen
             try:
+                # The repository agents first, on the config as written: nothing of the model (an auto-complete
+                # hook of its model.py, an op library) runs before they accept its files.
+                await asyncio.to_thread(self._run_agents, model_dir, override, display_name(name))
                 config = await asyncio.to_thread(self._read_config, model_dir, override, display_name(name))
                 if self.ambiguous and is_ensemble(config):
                     self._resolve_steps(config, model_dir)
@@ -393,8 +420,6 @@ class ModelRegistry:
             except Exception as e:  # a fault of ours (an auto-complete hook, say) fails this model only
                 log.exception("reading the configuration of model '%s' failed", name)
                 raise InternalError(f"failed to read the configuration of model '{name}': {e!r}") from e
-            if config.model_repository_agents.agents:  # before anything of the model is loaded, as in Triton
-                await asyncio.to_thread(run_repository_agents, config, model_dir)
             # Off the event loop: the first model of a backend imports its framework (torch, openvino: seconds).
             backend = None if is_ensemble(config) else await asyncio.to_thread(backend_for, config)
             if backend is None:
@@ -627,6 +652,7 @@ class ModelRegistry:
             ensemble=EnsembleScheduler(plan, config, self.services),
         )
         model.stats.namespace = self._namespace(model_dir)
+        model.cache_name = f"{model.stats.namespace}/{model.name}" if model.stats.namespace else model.name
         self._ensemble_labels(model, config, composing)
         # A decoupled ensemble is not cached (as a decoupled model: refused at load by Triton).
         model.stats.cached = (
@@ -932,6 +958,7 @@ class ModelRegistry:
             raise
         model = LoadedModel(display_name(name), version, config, model_dir, pool)
         model.stats.namespace = self._namespace(model_dir)
+        model.cache_name = f"{model.stats.namespace}/{model.name}" if model.stats.namespace else model.name
         model.placements = [(signature(g, d), i) for (g, _, d), i in zip(plan, instances, strict=True)]
         model.stats.cached = self.settings.response_cache and bool(config.response_cache.enable)
         return model

@@ -8,6 +8,7 @@ the bytes; the call ends with trailers carrying `grpc-status` and a percent-enco
 from __future__ import annotations
 
 import base64
+import binascii
 import urllib.parse
 import zlib
 from typing import NoReturn
@@ -67,7 +68,12 @@ def call_metadata(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str | 
             continue
         key = name.decode("latin-1")
         if key.endswith("-bin"):
-            items.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+            try:
+                items.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+            except binascii.Error:  # the client's mistake: its call ends with a status, not a fault of ours
+                raise AbortError(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"binary metadata '{key}' is not base64"
+                ) from None
         else:
             items.append((key, value.decode("latin-1")))
     return tuple(items)

@@ -4,6 +4,7 @@ default model, chosen at startup as Triton chooses it."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,13 @@ class VertexAiSettings:
             raise VertexAiSettingsError("AIP_PREDICT_ROUTE is not defined for Vertex AI endpoint")
         if not health:
             raise VertexAiSettingsError("AIP_HEALTH_ROUTE is not defined for Vertex AI endpoint")
+        for variable, route in (("AIP_PREDICT_ROUTE", predict), ("AIP_HEALTH_ROUTE", health)):
+            try:
+                re.compile(route)
+            except re.error as e:
+                raise VertexAiSettingsError(
+                    f"{variable} is not a valid regular expression: {e} ({route!r})"
+                ) from None
         return cls(predict_route=predict, health_route=health)
 
 
