@@ -98,7 +98,6 @@ def test_unknown_methods(server: RunningServer, client: grpcclient.InferenceServ
         for path in (
             "/inference.GRPCInferenceService/Nope",
             "/no.Such/Service",
-            "/grpc.health.v1.Health/Watch",
         ):
             with pytest.raises(grpc.RpcError) as e:
                 channel.unary_unary(path)(b"", timeout=10)
