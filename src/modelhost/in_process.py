@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import queue
 import threading
@@ -36,7 +37,14 @@ from modelhost.datatypes import NUMPY_TO_WIRE
 from modelhost.engine_api import EngineAPI
 from modelhost.errors import InvalidArgument, ModelhostError
 from modelhost.options import ServerOptions
-from modelhost.types import InferenceRequest, InferenceResponse, ParamValue, RequestedOutput, Tensor
+from modelhost.types import (
+    InferenceRequest,
+    InferenceResponse,
+    ParamValue,
+    RequestedOutput,
+    Tensor,
+    request_from_wire,
+)
 
 T = TypeVar("T")
 Arrays = dict[str, npt.NDArray[Any]]
@@ -146,7 +154,8 @@ class Server:
         if thread is None or loop is None:
             return self._exit_code
         if thread.is_alive():
-            loop.call_soon_threadsafe(self._control.stop.set)
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile: the server is ending on its own
+                loop.call_soon_threadsafe(self._control.stop.set)
             thread.join(timeout)
         self._thread = None
         return self._exit_code
@@ -337,16 +346,10 @@ class Model:
         request_id: str,
     ) -> InferenceRequest:
         tensors = [_tensor(name, value) for name, value in inputs.items()]
-        params = dict(parameters or {})
-        return InferenceRequest(
-            model_name=self.name,
-            model_version=self.version,
-            id=request_id,
-            inputs=tensors,
-            outputs=[RequestedOutput(name) for name in outputs],
-            parameters={k: v for k, v in params.items() if k not in ("priority", "timeout")},
-            priority=int(params.get("priority", 0)),
-            timeout_us=int(params.get("timeout", 0)),
+        requested = [RequestedOutput(name) for name in outputs]
+        # As the frontends build it: `priority` and `timeout` become the request's scheduling fields.
+        return request_from_wire(
+            self.name, self.version, request_id, tensors, requested, dict(parameters or {})
         )
 
 

@@ -6,9 +6,9 @@ server never starts on a value the CLI would have refused. Flags modelhost ignor
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-from modelhost.frontends.header_forwarding import pattern_problem
 from modelhost.host.host_policy import HostPolicyError, placements
 
 DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
@@ -88,6 +88,30 @@ def bool_or_none(raw: str) -> bool | None:
     if lowered in _FALSE:
         return False
     return None
+
+
+# --http-header-forward-pattern, --grpc-header-forward-pattern: read here (the options check them), used by the
+# frontends (frontends/header_forwarding.py).
+_CASE_SENSITIVE = "(?-i)"
+
+
+def compile_forward_pattern(pattern: str) -> re.Pattern[str]:
+    """The compiled pattern; raises re.error for one that is not a regular expression. Triton prefixes `(?i)`;
+    Python's `re` has no global `(?-i)` after it, so the prefix is read here instead."""
+    if pattern.startswith(_CASE_SENSITIVE):
+        return re.compile(pattern[len(_CASE_SENSITIVE) :])
+    return re.compile(pattern, re.IGNORECASE)
+
+
+def pattern_problem(flag: str, pattern: str) -> str:
+    """What is wrong with a flag's pattern ("" when nothing is)."""
+    if not pattern:
+        return ""
+    try:
+        compile_forward_pattern(pattern)
+    except re.error as e:
+        return f"{flag} is not a valid regular expression: {e} ({pattern!r})"
+    return ""
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

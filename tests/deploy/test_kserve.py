@@ -244,6 +244,15 @@ def _get_or_none(port: int, path: str) -> int | None:
         return None
 
 
+def _wait_for(server: RunningServer, path: str) -> None:
+    """Until `path` answers 200 on the server's HTTP port; fails with its log if it exits or takes a minute."""
+    deadline = time.monotonic() + 60
+    while _get_or_none(server.http_port, path) != 200:
+        assert server.process.poll() is None, f"the server exited:\n{server.log()}"
+        assert time.monotonic() < deadline, f"the server did not come up:\n{server.log()}"
+        time.sleep(0.1)
+
+
 @pytest.fixture(scope="module")
 def runtime_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """modelhost started with the runtime's args, as the image's entrypoint would run them."""
@@ -266,11 +275,7 @@ def runtime_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
         )
     server = RunningServer(process, http_port, grpc_port, metrics_port, log_path)
     try:
-        deadline = time.monotonic() + 60
-        while _get_or_none(http_port, "/v2/health/live") != 200:
-            assert process.poll() is None, f"modelhost exited:\n{server.log()}"
-            assert time.monotonic() < deadline, f"modelhost did not come up:\n{server.log()}"
-            time.sleep(0.1)
+        _wait_for(server, "/v2/health/live")
         yield server
     finally:
         server.stop()
@@ -331,11 +336,7 @@ def test_kserve_triton_runtime_command_line_runs_the_tritonserver_executable(tmp
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = RunningServer(process, http_port, grpc_port, metrics_port, log_path)
     try:
-        deadline = time.monotonic() + 60
-        while _get_or_none(http_port, "/v2/health/ready") != 200:
-            assert process.poll() is None, f"tritonserver exited:\n{server.log()}"
-            assert time.monotonic() < deadline, f"tritonserver did not come up:\n{server.log()}"
-            time.sleep(0.1)
+        _wait_for(server, "/v2/health/ready")
         a = np.arange(16, dtype=np.int32).reshape(1, 16)
         http = httpclient.InferenceServerClient(server.http_url)
         grpc = grpcclient.InferenceServerClient(server.grpc_url)

@@ -20,26 +20,6 @@ from modelhost.types import Parameters
 RESERVED = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers", "binary_data_output"}
 )
-_CASE_SENSITIVE = "(?-i)"
-
-
-def compile_forward_pattern(pattern: str) -> re.Pattern[str]:
-    """The compiled pattern; raises re.error for one that is not a regular expression. Triton prefixes `(?i)`;
-    Python's `re` has no global `(?-i)` after it, so the prefix is read here instead."""
-    if pattern.startswith(_CASE_SENSITIVE):
-        return re.compile(pattern[len(_CASE_SENSITIVE) :])
-    return re.compile(pattern, re.IGNORECASE)
-
-
-def pattern_problem(flag: str, pattern: str) -> str:
-    """What is wrong with a flag's pattern ("" when nothing is)."""
-    if not pattern:
-        return ""
-    try:
-        compile_forward_pattern(pattern)
-    except re.error as e:
-        return f"{flag} is not a valid regular expression: {e} ({pattern!r})"
-    return ""
 
 
 def forwarded_parameters(pattern: re.Pattern[str], headers: Iterable[tuple[str, str | bytes]]) -> Parameters:

@@ -217,7 +217,7 @@ class ModelRegistry:
             for key in keys:  # every repository's model of that name, as Triton loads them
                 await self._load_key(key, override)
             if name in self.models:  # loaded while the name was one repository's: the copies replace it
-                await self.unload(name)
+                await self._unload_key(name)
             return
         await self._load_key(name, override)
 
@@ -243,18 +243,14 @@ class ModelRegistry:
         """Stop serving every version of a model; each closes once its in-flight requests are answered. The
         ensembles using it go too. `composing` (an ensemble unloaded with `unload_dependents`): so do its
         composing models that were loaded only for it and that no other loaded ensemble uses, as in Triton."""
-        if (
-            name not in self.models or "/" not in name
-        ):  # a namespaced model's key is not a name a client sends
-            check_model_name(name)
-            # --model-namespacing: every repository's model of that name, including copies loaded while the name
-            # was shared (or before it was): an unload by name leaves none of them serving.
-            copies = [k for k in self.models if "/" in k and display_name(k) == name]
-            if copies or name in self.ambiguous:
-                for key in dict.fromkeys([*self.ambiguous.get(name, []), *copies]):
-                    await self.unload(key, composing=composing)
-                if name not in self.models:
-                    return
+        check_model_name(name)
+        # --model-namespacing: every repository's model of that name, including copies loaded while the name was
+        # shared (or before it was): an unload by name leaves none of them serving.
+        copies = [k for k in self.models if "/" in k and display_name(k) == name]
+        for key in dict.fromkeys([*self.ambiguous.get(name, []), *copies, name]):
+            await self._unload_key(key, composing=composing)
+
+    async def _unload_key(self, name: str, *, composing: bool = False) -> None:
         steps: list[str] = []
         async with self._lock(name):
             entry = self.models.get(name)
@@ -274,7 +270,7 @@ class ModelRegistry:
                 and not self.dependents(step)
             ):
                 log.info("unloading '%s': it was loaded for ensemble '%s' only", step, name)
-                await self.unload(step, composing=True)
+                await self._unload_key(step, composing=True)
 
     async def poll(self) -> None:
         """One poll of poll mode: load new and changed models, unload removed ones."""

@@ -28,7 +28,8 @@ from modelhost.frontends.grpc.calls import AbortError
 from modelhost.frontends.grpc.calls import CallContext as GrpcCall
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.frontends.grpc.statuses import grpc_code
-from modelhost.frontends.header_forwarding import compile_forward_pattern, forwarded_parameters
+from modelhost.frontends.header_forwarding import forwarded_parameters
+from modelhost.options import compile_forward_pattern
 from modelhost.types import EMPTY_FINAL_RESPONSE, InferenceRequest, Parameters
 
 # How often a Health/Watch call reads the server's readiness.

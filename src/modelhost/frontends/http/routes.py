@@ -17,7 +17,7 @@ import orjson
 from modelhost.config import config_to_json
 from modelhost.engine_api import CallContext, EngineAPI, ModelSignature, ShmKind
 from modelhost.errors import InvalidArgument, ModelhostError
-from modelhost.frontends.header_forwarding import compile_forward_pattern, forwarded_parameters
+from modelhost.frontends.header_forwarding import forwarded_parameters
 from modelhost.frontends.http.compression import InflatedTooLarge, decode_body
 from modelhost.frontends.http.extensions import logging_settings, repository, shared_memory, trace_settings
 from modelhost.frontends.http.generate import generate
@@ -39,6 +39,7 @@ from modelhost.frontends.http.messages import (
 )
 from modelhost.frontends.http.statuses import failure_response
 from modelhost.frontends.restrictions import Restrictions, refusal
+from modelhost.options import compile_forward_pattern
 from modelhost.types import InferenceResponse, Parameters
 
 log = logging.getLogger("modelhost.http")
