@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
+bash scripts/fetch_chromium.sh
 .venv/bin/ruff check src tests benchmarks scripts deploy
 .venv/bin/mypy
 # One worker per core; a module's tests stay on one worker, so its module-scoped servers start once.

@@ -23,6 +23,7 @@ from modelhost.engine.response_cache import RedisSettings, ResponseCache, parse_
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
 from modelhost.engine.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
 from modelhost.errors import Unsupported
+from modelhost.frontends.console.settings import console_settings
 from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
@@ -240,6 +241,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
                 options.http_max_input_size,
                 options.http_restricted_api,
                 options.http_header_forward_pattern,
+                console_settings(options, os.getpid()),
             )
             # Accepting once every endpoint is bound: a probe that finds HTTP ready finds the rest bound too,
             # and a taken gRPC or metrics port stops the server before anything was answered.

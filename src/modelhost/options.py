@@ -130,6 +130,8 @@ class ServerOptions:
     # Regular expressions of the headers (metadata) forwarded as request parameters; "" forwards none.
     http_header_forward_pattern: str = ""
     grpc_header_forward_pattern: str = ""
+    # --http-console: the web console at `/` of the HTTP port (modelhost only).
+    http_console: bool = True
     grpc_port: int = 8001
     metrics_address: str = ""  # "" = the same as http_address, as tritonserver
     metrics_port: int = 8002

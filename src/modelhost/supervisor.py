@@ -20,6 +20,7 @@ import time
 import msgspec
 
 from modelhost.engine.engine import Engine
+from modelhost.frontends.console.settings import console_settings
 from modelhost.frontends.grpc.server import grpc_limits
 from modelhost.frontends.http.protocol import http_limits
 from modelhost.frontends.process import FrontendConfig
@@ -93,6 +94,7 @@ class FrontendSupervisor:
             grpc_restricted_protocol=options.grpc_restricted_protocol,
             http_header_forward_pattern=options.http_header_forward_pattern,
             grpc_header_forward_pattern=options.grpc_header_forward_pattern,
+            console=console_settings(options, os.getpid()),
             http_tls=http_tls(options),
             grpc_tls=grpc_tls(options),
             grpc_address=options.grpc_address,

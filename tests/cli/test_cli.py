@@ -65,6 +65,7 @@ def test_no_arguments_give_tritonserver_defaults() -> None:
         "reuse_grpc_port": False,
         "http_header_forward_pattern": "",
         "grpc_header_forward_pattern": "",
+        "http_console": True,
         "allow_vertex_ai": False,
         "vertex_ai_port": 8080,
         "vertex_ai_default_model": "",
@@ -252,6 +253,7 @@ HONOURED_SAMPLES = {
     "allow-sagemaker": "true",
     "sagemaker-port": "9080",
     "sagemaker-safe-port-range": "8000-9002",
+    "http-console": "false",
 }
 # Flags that are only valid together with another one.
 PREREQUISITES = {
@@ -757,6 +759,7 @@ MODELHOST_FLAGS = [
     "http-server-cert",
     "http-server-key",
     "http-root-cert",
+    "http-console",
 ]
 
 
@@ -986,12 +989,14 @@ def test_restricted_apis_are_parsed_by_category() -> None:
             "--http-restricted-api=model-repository:admin-key=admin-value",
             "--http-restricted-api=inference,metadata:infer-key=infer-value",
             "--grpc-restricted-protocol=health:k=v=w",
+            "--http-restricted-api=console:console-key=yes",
         ]
     )
     assert options.http_restricted_api == {
         "model-repository": ("admin-key", "admin-value"),
         "inference": ("infer-key", "infer-value"),
         "metadata": ("infer-key", "infer-value"),
+        "console": ("console-key", "yes"),
     }
     assert options.grpc_restricted_protocol == {"health": ("triton-grpc-protocol-k", "v=w")}
 
@@ -1012,6 +1017,8 @@ def test_restricted_apis_are_parsed_by_category() -> None:
             "restricted protocol 'health' can not be specified in multiple config groups",
         ),
         (["--grpc-restricted-protocol=model-reposit:k1=v1"], "unknown restricted protocol 'model-reposit'"),
+        # The web console is HTTP's alone.
+        (["--grpc-restricted-protocol=console:k1=v1"], "unknown restricted protocol 'console'"),
         (
             ["--http-restricted-api=health"],
             "--http-restricted-api option format is '<config name>:<setting>=<value>'. Got health",

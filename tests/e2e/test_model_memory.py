@@ -161,6 +161,18 @@ def test_a_load_past_the_budget_unloads_the_least_recently_used_idle_model(serve
     assert "unloading 'big_b'" in server.log()
     assert "least recently used) to make room for 'big_c'" in server.log()
     assert _infer(server, "big_c").status_code == 200
+    # The index says which model the server unloaded on its own, when and why; so does the console's page.
+    index = requests.post(f"{_base(server)}/v2/repository/index", timeout=10).json()
+    evicted = {row["name"]: row.get("evicted", "") for row in index}
+    assert evicted["big_b"].endswith("unloaded to make room for 'big_c' under --model-memory-budget")
+    assert evicted["big_a"] == evicted["big_c"] == ""
+    page = requests.get(f"{_base(server)}/", timeout=10).text
+    assert "Evicted lately" in page
+    assert "big_b: " in page and "to make room for &#x27;big_c&#x27;" in page
+    # Loaded again on request: no longer evicted.
+    assert _load(server, "big_b").status_code == 200
+    index = requests.post(f"{_base(server)}/v2/repository/index", timeout=10).json()
+    assert all("evicted" not in row for row in index if row["name"] == "big_b")
 
 
 def test_a_model_with_a_request_in_flight_is_not_unloaded(server: RunningServer) -> None:

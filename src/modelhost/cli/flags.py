@@ -227,9 +227,12 @@ FLAGS: tuple[Flag, ...] = (
               "case-insensitive unless it starts with (?-i).", field="http_header_forward_pattern"),
     _honoured("http-restricted-api", "str", "", HTTP,
               "Serve the APIs of the categories named (health, metadata, inference, shared-memory, "
-              "model-config, model-repository, statistics, trace, logging) only to requests with the header "
-              "<key>: <value>, others get 403; repeatable (a category in one value only). The SageMaker port "
-              "too.", repeatable=True, metavar="<apis>:<key>=<value>"),
+              "model-config, model-repository, statistics, trace, logging, and modelhost's console) only to "
+              "requests with the header <key>: <value>, others get 403; repeatable (a category in one value "
+              "only). The SageMaker port too.", repeatable=True, metavar="<apis>:<key>=<value>"),
+    _honoured("http-console", "bool", "true", HTTP,
+              "modelhost only: serve the web console at / of the HTTP port (its assets under /console/); "
+              "false answers / with 404, as tritonserver does. See docs/console.md.", field="http_console"),
     # GRPC
     _honoured("allow-grpc", "bool", "true", GRPC, "Serve the GRPC (KServe v2) API.", field="allow_grpc"),
     _honoured("grpc-address", "address", "0.0.0.0", GRPC,

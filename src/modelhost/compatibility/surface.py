@@ -783,6 +783,16 @@ FEATURES: tuple[Item, ...] = (
         test="tests/e2e/test_python_api.py::test_each_backend_answers_through_the_api_as_over_http",
     ),
     Item(
+        "A web console at `GET /` (modelhost only; Triton has none)",
+        State.SUPPORTED,
+        "the server, every model with its state, configuration (as config.pbtxt) and memory, live charts from the "
+        "statistics, load / unload / reload with a config override through the repository API; readable without "
+        "JavaScript, behind a path prefix, `--http-console=false` turns it off, `console` is a restricted-API "
+        "category",
+        "console.md",
+        test="tests/e2e/test_console.py::test_load_and_unload_through_the_buttons",
+    ),
+    Item(
         "The C API (`libtritonserver.so`)",
         State.NOT_PLANNED,
         "modelhost is a Python server; C programs use its HTTP or gRPC API",

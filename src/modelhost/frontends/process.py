@@ -18,6 +18,7 @@ import sys
 
 import msgspec
 
+from modelhost.frontends.console.settings import ConsoleSettings
 from modelhost.frontends.grpc.connection import GrpcLimits
 from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.buffer import BufferLimit
@@ -54,6 +55,8 @@ class FrontendConfig(msgspec.Struct):
     # --http-header-forward-pattern, --grpc-header-forward-pattern ("": none forwarded).
     http_header_forward_pattern: str
     grpc_header_forward_pattern: str
+    # The web console's settings (None: --http-console=false).
+    console: ConsoleSettings | None
     # The gRPC port to serve too (0: gRPC is off).
     grpc_address: str
     grpc_port: int
@@ -124,6 +127,7 @@ async def serve(config: FrontendConfig) -> int:
             config.http_limits.max_body,
             config.http_restricted_api,
             config.http_header_forward_pattern,
+            config.console,
         ),
         engine,
         config.buffer_limit,

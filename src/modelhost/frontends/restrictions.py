@@ -24,6 +24,8 @@ CATEGORIES = (
     "trace",
     "logging",
 )
+# modelhost's own HTTP categories: the web console (`/` and `/console/...`).
+HTTP_ONLY_CATEGORIES = ("console",)
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 # category -> (header, value); the header as given (gRPC's with its prefix), compared without regard to case.
@@ -39,8 +41,9 @@ def add_restriction(
     key, equals, value = setting.partition("=")
     if not (colon and equals and categories and key and value):
         raise ValueError(f"--{option} option format is '<config name>:<setting>=<value>'. Got {raw}")
+    known = CATEGORIES + HTTP_ONLY_CATEGORIES if feature == "api" else CATEGORIES
     for category in categories.split(","):
-        if category not in CATEGORIES:
+        if category not in known:
             raise ValueError(f"unknown restricted {feature} '{category}'")
         if category in restrictions:
             raise ValueError(
@@ -63,4 +66,11 @@ def refusal(
     return f"expecting header '{key}'"
 
 
-__all__ = ["CATEGORIES", "GRPC_HEADER_PREFIX", "Restrictions", "add_restriction", "refusal"]
+__all__ = [
+    "CATEGORIES",
+    "GRPC_HEADER_PREFIX",
+    "HTTP_ONLY_CATEGORIES",
+    "Restrictions",
+    "add_restriction",
+    "refusal",
+]

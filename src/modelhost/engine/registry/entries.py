@@ -65,6 +65,9 @@ class ModelEntry:
     # Loaded only because an ensemble needed it (not asked for by name): `unload_dependents` on that ensemble
     # unloads it again, as Triton does.
     for_ensemble: bool = False
+    # Why and when the server unloaded it on its own (the memory budget, idleness), until it is loaded or
+    # unloaded on request: the index's `evicted` note, what the console shows as evicted lately.
+    evicted: str = ""
 
     def serving(self) -> list[VersionEntry]:
         return [v for v in self.versions.values() if v.state == ModelState.READY and v.model is not None]

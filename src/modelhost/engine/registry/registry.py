@@ -87,6 +87,11 @@ from modelhost.repository.sources import RepositoryError, RepositorySource
 log = logging.getLogger("modelhost.registry")
 
 
+def _now_utc() -> str:
+    """Now, as the repository index's `evicted` notes give it (UTC, to the second)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 class ModelRegistry:
     def __init__(
         self, sources: list[RepositorySource], settings: LoadSettings, mode: ControlMode = "none"
@@ -237,6 +242,7 @@ class ModelRegistry:
             await self._load(name, self.scan(), override)
             if name in self.models:
                 self.models[name].for_ensemble = False  # asked for by name
+                self.models[name].evicted = ""
         await self._reload_orphans()
 
     async def unload(self, name: str, *, composing: bool = False) -> None:
@@ -255,6 +261,7 @@ class ModelRegistry:
         async with self._lock(name):
             entry = self.models.get(name)
             if entry is not None:
+                entry.evicted = ""  # unloaded on request now
                 if entry.config is not None and is_ensemble(entry.config):
                     steps = list(dict.fromkeys(s.model_name for s in entry.config.ensemble_scheduling.step))
                 self._unload(entry)
@@ -836,6 +843,9 @@ class ModelRegistry:
                 besides,
                 budget,
             )
+            victim.evicted = (
+                f"{_now_utc()}: unloaded to make room for '{besides}' under --model-memory-budget"
+            )
             await self._unload_now(victim.name)
 
     async def _unload_now(self, name: str) -> None:
@@ -858,6 +868,7 @@ class ModelRegistry:
             entry = self.models.get(name)
             if entry is not None and self._unloadable(entry, ""):
                 log.info("unloading '%s': no request for %g s (--model-idle-unload-secs)", name, idle_s)
+                entry.evicted = f"{_now_utc()}: unloaded after {idle_s:g} s idle (--model-idle-unload-secs)"
                 await self._unload_now(name)
         return idle
 

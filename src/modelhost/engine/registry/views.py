@@ -19,7 +19,8 @@ def index_rows(
     with_memory: bool,
 ) -> list[dict[str, str | int]]:
     """The repository index rows; `with_memory` (under --model-memory-budget) a loaded version's also says what
-    it takes in memory (`memory_bytes`, modelhost's addition to Triton's fields)."""
+    it takes in memory (`memory_bytes`, modelhost's addition to Triton's fields), and a version the server
+    unloaded on its own (the budget, --model-idle-unload-secs) says when and why (`evicted`)."""
     rows: list[dict[str, str | int]] = []
     names = set(models)
     if not ready_only:
@@ -51,6 +52,9 @@ def index_rows(
             if ventry.model is not None and with_memory:
                 # Only under a budget: rows stay exactly Triton's otherwise (clients compare them whole).
                 row["memory_bytes"] = ventry.model.stats.memory_bytes
+            if entry.evicted and ventry.model is None:
+                # Only after the server unloaded a model on its own, which needs one of modelhost's flags.
+                row["evicted"] = entry.evicted
             rows.append(row)
     return rows
 

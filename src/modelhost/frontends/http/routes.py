@@ -17,6 +17,8 @@ import orjson
 from modelhost.config import config_to_json
 from modelhost.engine_api import CallContext, EngineAPI, ModelSignature, ShmKind
 from modelhost.errors import InvalidArgument, ModelhostError
+from modelhost.frontends.console.routes import ConsoleRoutes, is_console_path
+from modelhost.frontends.console.settings import ConsoleSettings
 from modelhost.frontends.header_forwarding import forwarded_parameters
 from modelhost.frontends.http.compression import InflatedTooLarge, decode_body
 from modelhost.frontends.http.extensions import logging_settings, repository, shared_memory, trace_settings
@@ -82,6 +84,8 @@ def category_of(path: str) -> str:
         return "model-repository"
     if _SHARED_MEMORY.fullmatch(path):
         return "shared-memory"
+    if is_console_path(path):
+        return "console"
     return ""
 
 
@@ -101,14 +105,17 @@ class HttpRoutes:
         max_input_size: int,
         restrictions: Restrictions | None = None,
         header_forward_pattern: str = "",
+        console: ConsoleSettings | None = None,
     ) -> None:
-        """`header_forward_pattern`: --http-header-forward-pattern ("" forwards no header)."""
+        """`header_forward_pattern`: --http-header-forward-pattern ("" forwards no header); `console`: serve the
+        web console (None: `/` is not found, as in Triton)."""
         self.engine = engine
         self.max_input_size = max_input_size
         self.restrictions = restrictions or {}
         self.header_forward = (
             compile_forward_pattern(header_forward_pattern) if header_forward_pattern else None
         )
+        self.console = ConsoleRoutes(engine, console, self.restrictions) if console is not None else None
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         if log.isEnabledFor(logging.DEBUG):
@@ -154,6 +161,8 @@ class HttpRoutes:
             )
         if path == "/v2/trace/setting":
             return await trace_settings(self.engine, request, self._read_json(request))
+        if self.console is not None and is_console_path(path):
+            return await self.console(request)
         return error_response(404, "Not Found")
 
     def _too_large(self, request: HttpRequest, decompressed: bool = False) -> InvalidArgument:

@@ -1,0 +1,96 @@
+"""The console's routes on the HTTP port: `GET /` (the page), `GET /console/assets/<file>` (its script, styles and
+uPlot, from the package) and `GET /console/compatibility` (the compatibility page of this server's version).
+
+Every URL the page uses is relative, so it works unchanged behind a reverse proxy that serves the server under a
+path prefix (`/prefix/` to `/`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from importlib import resources
+
+from modelhost.engine_api import EngineAPI
+from modelhost.frontends.console.page import render
+from modelhost.frontends.console.settings import ConsoleSettings
+from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response, method_not_allowed
+from modelhost.frontends.restrictions import Restrictions, refusal
+
+log = logging.getLogger("modelhost.console")
+
+_CONTENT_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".LICENSE": "text/plain; charset=utf-8",
+}
+_HTML = "text/html; charset=utf-8"
+# The page is rendered per request (the state of the server); the assets change only with the package.
+_NO_STORE = [("Cache-Control", "no-store")]
+_ASSET_CACHE = [("Cache-Control", "max-age=300")]
+
+
+def is_console_path(path: str) -> bool:
+    return path == "/" or path.startswith("/console/")
+
+
+@functools.cache
+def _asset(name: str) -> bytes | None:
+    """An asset's bytes (read once); None for a name the package does not ship."""
+    if "/" in name or name.startswith(".") or not name.endswith(tuple(_CONTENT_TYPES)):
+        return None
+    item = resources.files("modelhost.frontends.console").joinpath("assets", name)
+    return item.read_bytes() if item.is_file() else None
+
+
+@functools.cache
+def _compatibility_page() -> bytes:
+    """docs/compatibility.md as HTML, written from the code as `modelhost compatibility` writes it."""
+    from markdown_it import MarkdownIt
+
+    from modelhost.cli.flags import FLAGS, SECTIONS
+    from modelhost.compatibility.page import markdown
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown(FLAGS, SECTIONS))
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>modelhost: compatibility with Triton</title>"
+        '<link rel="stylesheet" href="assets/console.css"></head>'
+        f'<body class="compatibility"><nav><a href="../">Back to the console</a></nav>{body}</body></html>\n'
+    ).encode()
+
+
+# The API categories whose answers the page shows (the rest of its data is the console's own).
+SHOWN_CATEGORIES = ("metadata", "health", "model-repository", "model-config", "statistics")
+
+
+class ConsoleRoutes:
+    def __init__(
+        self, engine: EngineAPI, settings: ConsoleSettings, restrictions: Restrictions | None = None
+    ) -> None:
+        """`restrictions`: --http-restricted-api; the page leaves out what a request may not read through the
+        API."""
+        self.engine = engine
+        self.settings = settings
+        self.restrictions = restrictions or {}
+
+    async def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "GET":
+            return method_not_allowed()
+        path = request.path
+        if path == "/":
+            host = request.headers.get("host", "") or "localhost:8000"
+            refused = {
+                category: why
+                for category in SHOWN_CATEGORIES
+                if (why := refusal(self.restrictions, category, request.headers.get))
+            }
+            page = await render(self.engine, self.settings, host, refused)
+            return HttpResponse(200, page.encode(), _HTML, list(_NO_STORE))
+        if path == "/console/compatibility":
+            return HttpResponse(200, _compatibility_page(), _HTML, list(_ASSET_CACHE))
+        name = path.removeprefix("/console/assets/")
+        if name != path and (data := _asset(name)) is not None:
+            suffix = "." + name.rsplit(".", 1)[-1]
+            return HttpResponse(200, data, _CONTENT_TYPES[suffix], list(_ASSET_CACHE))
+        return error_response(404, "Not Found")
