@@ -156,6 +156,15 @@ def test_the_models_table_matches_the_repository_index(
     backend = console.page.text_content("tr[data-model=simple] td[data-key=backend]")
     memory = console.page.text_content("tr[data-model=simple] td[data-key=memory]")
     assert backend == "onnxruntime" and memory
+    names = [name for name, _ in console.rows()]
+    assert names == sorted(names)
+    console.page.click("th[data-key=name]")  # sorted by name already: the second click turns the order
+    assert [name for name, _ in console.rows()] == sorted(names, reverse=True)
+    console.page.click("th[data-key=requests]")
+    requests_column = console.page.eval_on_selector_all(
+        "#models-table tbody td[data-key=requests]", "cells => cells.map(c => Number(c.textContent || 0))"
+    )
+    assert requests_column == sorted(requests_column)
     console.page.fill("#filter", "identity")
     assert set(console.rows()) == {("identity_fp32", "1")}
     console.screenshot(f"table-fp{frontend_processes}")
