@@ -43,6 +43,7 @@ class ModelRow:
     cells: dict[str, str]
     pbtxt: str  # "" when the version is not loaded
     evicted: str  # when and why the server unloaded it on its own ("" if it did not)
+    memory_bytes: int  # what the loaded version takes (0 unless loaded under a memory budget)
 
 
 def _e(text: object) -> str:
@@ -120,7 +121,8 @@ async def model_rows(engine: EngineAPI, refused: dict[str, str]) -> list[ModelRo
         if row.get("state") == "READY" and "statistics" not in refused:
             success, fail = counts.get((name, version), (0, 0))
             cells.update(requests=str(success), failures=str(fail))
-        rows.append(ModelRow(cells, pbtxt, str(row.get("evicted", ""))))
+        memory = int(row.get("memory_bytes", 0))
+        rows.append(ModelRow(cells, pbtxt, str(row.get("evicted", "")), memory))
     return rows
 
 
@@ -205,7 +207,10 @@ def _server_panel(facts: dict[str, Any], rows: list[ModelRow]) -> str:
     ]
     budget = facts["memory_budget"]
     if budget is not None:
-        items.append(("Memory budget", f"{size_text(budget)}"))
+        taken = sum(r.memory_bytes for r in rows)
+        items.append(
+            ("Memory budget", f"{size_text(taken)} of {size_text(budget)} taken by the loaded models")
+        )
     evicted = [r for r in rows if r.evicted]
     body = "".join(
         f'<dt>{_e(k)}</dt><dd id="server-{_e(k.lower().replace(" ", "-"))}">{_e(v)}</dd>' for k, v in items
