@@ -395,8 +395,8 @@ def test_the_compatibility_page_and_the_assets(server: RunningServer) -> None:
         ("GET", "/console/assets/..%2Fpage.py", 404),
         ("GET", "/console/assets/../page.py", 404),
         ("GET", "/console/", 404),
-        ("POST", "/", 405),
-        ("DELETE", "/console/assets/console.js", 405),
+        ("POST", "/", 404),
+        ("DELETE", "/console/assets/console.js", 404),
     ],
 )
 def test_bad_console_requests(server: RunningServer, method: str, path: str, status: int) -> None:

@@ -1,6 +1,6 @@
 """The console's routes and page against the fake engine: what the page holds, what a restriction leaves out,
-the assets, the answers to bad requests, and the command lines it offers (which modelhost perf and modelhost tune
-accept)."""
+the assets, the answers to bad requests (404, as tritonserver, for any method but GET), and the command lines it
+offers (which modelhost perf and modelhost tune accept)."""
 
 from __future__ import annotations
 
@@ -93,8 +93,8 @@ def test_assets_are_served_from_the_package(name: str, content_type: str) -> Non
         ("GET", "/console/assets/settings.py", 404),
         ("GET", "/console/assets/", 404),
         ("GET", "/console/nothing", 404),
-        ("POST", "/", 405),
-        ("PUT", "/console/assets/console.js", 405),
+        ("POST", "/", 404),
+        ("PUT", "/console/assets/console.js", 404),
     ],
 )
 def test_bad_requests_get_clear_answers(method: str, path: str, status: int) -> None:

@@ -14,7 +14,7 @@ from importlib import resources
 from modelhost.engine_api import EngineAPI
 from modelhost.frontends.console.page import render
 from modelhost.frontends.console.settings import ConsoleSettings
-from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response, method_not_allowed
+from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.restrictions import Restrictions, refusal
 
 log = logging.getLogger("modelhost.console")
@@ -75,9 +75,10 @@ class ConsoleRoutes:
         self.restrictions = restrictions or {}
 
     async def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method != "GET":
-            return method_not_allowed()
         path = request.path
+        if request.method != "GET":
+            # Only GET is the console's: anything else at these paths stays tritonserver's 404.
+            return error_response(404, "Not Found")
         if path == "/":
             host = request.headers.get("host", "") or "localhost:8000"
             refused = {
