@@ -8,6 +8,15 @@ ends) in each.
 
     .venv/bin/python benchmarks/cpu_split.py --model identity --python-backend --frontends 0,1,2 --concurrency 64
     .venv/bin/python benchmarks/cpu_split.py --model identity --python-backend --protocol grpc --frontends 0,1
+
+With --table it measures the per-layer budget of issue 33 in one command instead: HTTP JSON, HTTP binary and gRPC,
+on identity (a python model.py) and the MLP (ONNX here, a python model.py running onnxruntime on the reference),
+at --concurrency (64) with dynamic batching, one frontend mode (0): modelhost's server CPU per request split
+into layers (py-spy samples of the engine process, benchmarks/layers.py) plus the python stubs' own CPU; the
+reference tritonserver's total on the same models and load; and the floor, a bare httptools + uvloop server
+answering the same identity request (benchmarks/echo_floor.py; HTTP only). Needs py-spy (pip install py-spy).
+
+    .venv/bin/python benchmarks/cpu_split.py --table --duration 8
 """
 
 from __future__ import annotations
@@ -19,11 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from loadgen import RunResult, run_h2load, run_wrk, write_bodies
+from layers import LAYERS, layer_shares
+from loadgen import Bodies, RunResult, run_h2load, run_wrk, write_bodies
 from payloads import binary_body, check_grpc, grpc_request, json_body, make_workload
 from reference_repo import build_modelhost_repo, build_python_repo
 from servers import Ports, server_command
@@ -137,6 +148,177 @@ def measure(args: argparse.Namespace, frontends: int, repo: Path, bodies_dir: Pa
         server.wait(60)
 
 
+# --table: (model, protocol) in the order of the issue's table.
+TABLE_WORKLOADS = tuple((m, p) for m in ("identity", "mlp") for p in ("http-json", "http-binary", "grpc"))
+ECHO_FLOOR = Path(__file__).parent / "echo_floor.py"
+
+
+def _tree_cpu(pids: list[int]) -> dict[int, float]:
+    return {pid: _cpu_s(pid) for pid in pids if Path(f"/proc/{pid}").exists()}
+
+
+@dataclass
+class Measured:
+    result: RunResult
+    roles: dict[str, float]  # CPU us per request by process role
+    shares: dict[str, float]  # each layer's share of the engine's py-spy samples (empty when not profiled)
+
+
+class _Load:
+    """One server process under a load generator: start, wait until it answers, measure CPU per request."""
+
+    def __init__(self, command: list[str], http: int, grpc: int) -> None:
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.http, self.grpc = http, grpc
+
+    def run(
+        self, model: str, protocol: str, bodies: Bodies, frame_size: int, concurrency: int, duration: int
+    ) -> RunResult:
+        if protocol == "grpc":
+            return run_h2load(
+                f"127.0.0.1:{self.grpc}", bodies.grpc_frame_file, frame_size, concurrency, duration, 8
+            )
+        binary = protocol == "http-binary"
+        return run_wrk(
+            f"http://127.0.0.1:{self.http}/v2/models/{model}/infer",
+            bodies.binary_file if binary else bodies.json_file,
+            bodies.binary_header_len if binary else None,
+            concurrency,
+            duration,
+            1,
+        )
+
+    def wait(self, model: str, bodies: Bodies) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.run(model, "http-binary", bodies, 0, 1, 1)
+                return
+            except RuntimeError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise
+                time.sleep(0.5)
+
+    def measure(
+        self,
+        model: str,
+        protocol: str,
+        bodies: Bodies,
+        frame_size: int,
+        args: argparse.Namespace,
+        profile: bool,
+    ) -> Measured:
+        self.run(model, protocol, bodies, frame_size, args.concurrency, 2)  # warm up
+        pids = [self.process.pid, *_descendants(self.process.pid)]
+        before = _tree_cpu(pids)
+        out = Path(tempfile.mkdtemp()) / "engine.txt"
+        if profile:
+            subprocess.Popen(
+                [PY_SPY, "record", "-p", str(self.process.pid), "-d", str(args.duration - 1), "-r", "200", "-f",
+                 "raw", "-o", str(out), "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        result = self.run(model, protocol, bodies, frame_size, args.concurrency, args.duration)
+        after = _tree_cpu(pids)
+        requests = max(1.0, result.rps * result.duration_s)
+        roles: dict[str, float] = {}
+        for pid, cpu in after.items():
+            role = _role(pid, self.process.pid)
+            roles[role] = roles.get(role, 0.0) + 1e6 * (cpu - before[pid]) / requests
+        shares: dict[str, float] = {}
+        if profile:
+            time.sleep(2.0)  # py-spy writes its file when its duration is over
+            if out.exists():
+                shares, _ = layer_shares(out)
+        return Measured(result, roles, shares)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def table(args: argparse.Namespace) -> None:
+    """The per-layer budget (issue 33): a markdown table on stdout."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = build_python_repo(Path(tmp) / "ours", ["identity"], dynamic_batching_us=args.batching_us)
+        build_modelhost_repo(ours, ["mlp"], dynamic_batching_us=args.batching_us)
+        theirs = build_python_repo(Path(tmp) / "reference", ["identity", "mlp"], args.batching_us)
+        bodies: dict[str, Bodies] = {}
+        frames: dict[str, int] = {}
+        for model in ("identity", "mlp"):
+            w = make_workload(model)
+            bodies[model] = write_bodies(
+                Path(tmp) / "bodies", model, binary_body(w), json_body(w), grpc_request(w)
+            )
+        rows: dict[tuple[str, str], dict[str, Measured]] = {}
+        for kind, repo in (("modelhost", ours), ("reference", theirs)):
+            ports = Ports.pick()
+            extra = ["--frontend-processes=0"] if kind == "modelhost" else []
+            server = _Load(server_command(kind, repo, ports, extra_args=extra), ports.http, ports.grpc)
+            try:
+                server.wait("identity", bodies["identity"])
+                for model in ("identity", "mlp"):
+                    frames[model] = 5 + check_grpc("127.0.0.1", ports.grpc, make_workload(model))
+                for model, protocol in TABLE_WORKLOADS:
+                    measured = server.measure(
+                        model, protocol, bodies[model], frames[model], args, profile=kind == "modelhost"
+                    )
+                    rows.setdefault((model, protocol), {})[kind] = measured
+                    print(f"# {kind} {model} {protocol}: {measured.result.rps:,.0f} req/s, "
+                          f"{sum(measured.roles.values()):.0f} us/req", file=sys.stderr, flush=True)  # fmt: skip
+            finally:
+                server.stop()
+        port = Ports.pick().http
+        floor = _Load([sys.executable, str(ECHO_FLOOR), "--port", str(port)], port, 0)
+        try:
+            floor.wait("identity", bodies["identity"])
+            for protocol in ("http-json", "http-binary"):
+                rows[("identity", protocol)]["floor"] = floor.measure(
+                    "identity", protocol, bodies["identity"], 0, args, profile=False
+                )
+        finally:
+            floor.stop()
+    shown = [
+        layer
+        for layer in LAYERS
+        if any(row["modelhost"].shares.get(layer, 0) >= 0.005 for row in rows.values())
+    ]
+    print(
+        f"\nc={args.concurrency}, dynamic batching {args.batching_us} us, {args.duration} s each, fp0; server CPU "
+        "us per request (process tree); layers: the engine process's share of py-spy samples"
+    )
+    head = [
+        "workload",
+        "req/s",
+        "server us/req",
+        *shown,
+        "python stub",
+        "reference req/s",
+        "reference us/req",
+    ]
+    head += ["floor us/req", "ours / reference CPU"]
+    print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for (model, protocol), row in rows.items():
+        ours_m, ref_m = row["modelhost"], row["reference"]
+        engine = ours_m.roles.get("engine", 0.0)
+        total, ref_total = sum(ours_m.roles.values()), sum(ref_m.roles.values())
+        floor_cell = f"{sum(row['floor'].roles.values()):.0f}" if "floor" in row else "-"
+        stub = ours_m.roles.get("python stubs", 0.0) + ours_m.roles.get("other children", 0.0)
+        cells = [f"{model}, {protocol}", f"{ours_m.result.rps:,.0f}", f"{total:.0f}"]
+        cells += [f"{engine * ours_m.shares.get(layer, 0.0):.0f}" for layer in shown]
+        cells += [
+            f"{stub:.0f}",
+            f"{ref_m.result.rps:,.0f}",
+            f"{ref_total:.0f}",
+            floor_cell,
+            f"{total / ref_total:.2f}",
+        ]
+        print("| " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -149,12 +331,25 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--duration", type=int, default=6)
     parser.add_argument("--profile", action="store_true", help="also sample with py-spy (pip install py-spy)")
+    parser.add_argument("--table", action="store_true", help="the per-layer budget of every workload (above)")
+    parser.add_argument(
+        "--batching-us",
+        type=int,
+        default=None,
+        help="dynamic batching with this max_queue_delay_microseconds (default: none; 100 with --table)",
+    )
     args = parser.parse_args()
+    if args.table:
+        args.batching_us = 100 if args.batching_us is None else args.batching_us
+        table(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         if args.python_backend:
-            repo = build_python_repo(Path(tmp) / "repo", [args.model])
+            repo = build_python_repo(Path(tmp) / "repo", [args.model], args.batching_us)
         else:
-            repo = build_modelhost_repo(Path(tmp) / "repo", [args.model])
+            repo = build_modelhost_repo(
+                Path(tmp) / "repo", [args.model], dynamic_batching_us=args.batching_us
+            )
         for frontends in (int(n) for n in args.frontends.split(",")):
             measure(args, frontends, repo, Path(tmp) / "bodies")
 
