@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import psutil
 from google.protobuf import text_format  # type: ignore[import-untyped]
 
 from modelhost.engine_api import EngineAPI
@@ -129,6 +128,8 @@ async def model_rows(engine: EngineAPI, refused: dict[str, str]) -> list[ModelRo
 def _process_tree(pid: int) -> tuple[float, int, float]:
     """(start time, resident bytes, CPU seconds) of the engine process and its children (python stubs,
     frontend processes)."""
+    import psutil  # only when the page is asked for: a server nobody looks at does not load it
+
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
@@ -160,6 +161,8 @@ async def server_facts(
     readiness only where the request may read them through the API."""
     metadata = {} if "metadata" in refused else await engine.server_metadata()
     ready = False if "health" in refused else await engine.is_ready()
+    import psutil
+
     started, rss, cpu_s = await asyncio.to_thread(_process_tree, settings.engine_pid or os.getpid())
     memory = psutil.virtual_memory()
     return {
