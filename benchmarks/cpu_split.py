@@ -167,9 +167,10 @@ class Measured:
 class _Load:
     """One server process under a load generator: start, wait until it answers, measure CPU per request."""
 
-    def __init__(self, command: list[str], http: int, grpc: int) -> None:
+    def __init__(self, command: list[str], http: int, grpc: int, workdir: Path) -> None:
+        """`workdir`: where py-spy's profiles go."""
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.http, self.grpc = http, grpc
+        self.http, self.grpc, self.workdir = http, grpc, workdir
 
     def run(
         self, model: str, protocol: str, bodies: Bodies, frame_size: int, concurrency: int, duration: int
@@ -211,7 +212,7 @@ class _Load:
         self.run(model, protocol, bodies, frame_size, args.concurrency, 2)  # warm up
         pids = [self.process.pid, *_descendants(self.process.pid)]
         before = _tree_cpu(pids)
-        out = Path(tempfile.mkdtemp()) / "engine.txt"
+        out = self.workdir / f"engine-{model}-{protocol}.txt"
         if profile:
             subprocess.Popen(
                 [PY_SPY, "record", "-p", str(self.process.pid), "-d", str(args.duration - 1), "-r", "200", "-f",
@@ -257,7 +258,9 @@ def table(args: argparse.Namespace) -> None:
         for kind, repo in (("modelhost", ours), ("reference", theirs)):
             ports = Ports.pick()
             extra = ["--frontend-processes=0"] if kind == "modelhost" else []
-            server = _Load(server_command(kind, repo, ports, extra_args=extra), ports.http, ports.grpc)
+            server = _Load(
+                server_command(kind, repo, ports, extra_args=extra), ports.http, ports.grpc, Path(tmp)
+            )
             try:
                 server.wait("identity", bodies["identity"])
                 for model in ("identity", "mlp"):
@@ -272,7 +275,7 @@ def table(args: argparse.Namespace) -> None:
             finally:
                 server.stop()
         port = Ports.pick().http
-        floor = _Load([sys.executable, str(ECHO_FLOOR), "--port", str(port)], port, 0)
+        floor = _Load([sys.executable, str(ECHO_FLOOR), "--port", str(port)], port, 0, Path(tmp))
         try:
             floor.wait("identity", bodies["identity"])
             for protocol in ("http-json", "http-binary"):

@@ -403,6 +403,8 @@ def test_bad_console_requests(server: RunningServer, method: str, path: str, sta
     answer = requests.request(method, f"http://127.0.0.1:{server.http_port}{path}", timeout=30)
     assert answer.status_code == status
     assert "error" in answer.json()
+    # The console is there: the answer above is its own.
+    assert requests.get(f"http://127.0.0.1:{server.http_port}/console/assets/console.js", timeout=30).ok
     assert requests.get(f"http://127.0.0.1:{server.http_port}/v2/health/ready", timeout=30).status_code == 200
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from fake_engine import FakeEngine
 from modelhost.frontends.console.page import commands
+from modelhost.frontends.console.routes import _assets
 from modelhost.frontends.console.settings import ConsoleSettings
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse
 from modelhost.frontends.http.routes import HttpRoutes
@@ -57,6 +58,8 @@ def test_a_restricted_category_is_left_out_of_the_page() -> None:
     assert '<td data-key="name">echo</td>' not in page
     assert "model-repository: expecting header &#x27;admin&#x27;" in page
     assert "metadata: expecting header &#x27;meta&#x27;" in page
+    health = HttpRoutes(FakeEngine(), 1 << 20, {"health": ("h", "1")}, console=SETTINGS)
+    assert '<span id="readiness" class="not-ready">restricted</span>' in _get(health, "/").body.decode()
     allowed = _get(routes, "/", headers={"admin": "yes", "meta": "1"}).body.decode()
     assert '<td data-key="name">echo</td>' in allowed and 'id="restricted"' not in allowed
 
@@ -98,8 +101,23 @@ def test_assets_are_served_from_the_package(name: str, content_type: str) -> Non
     ],
 )
 def test_bad_requests_get_clear_answers(method: str, path: str, status: int) -> None:
-    answer = _get(HttpRoutes(FakeEngine(), 1 << 20, console=SETTINGS), path, method)
+    routes = HttpRoutes(FakeEngine(), 1 << 20, console=SETTINGS)
+    answer = _get(routes, path, method)
     assert answer.status == status and "error" in orjson.loads(answer.body)
+    assert _get(routes, "/console/assets/console.js").status == 200  # the console is there: the answer is its
+
+
+def test_names_the_package_does_not_ship_are_not_remembered() -> None:
+    routes = HttpRoutes(FakeEngine(), 1 << 20, console=SETTINGS)
+    for i in range(100):
+        assert _get(routes, f"/console/assets/nothing{i}.js").status == 404
+    assert sorted(_assets()) == [
+        "console.css",
+        "console.js",
+        "uPlot.LICENSE",
+        "uPlot.iife.min.js",
+        "uPlot.min.css",
+    ]
 
 
 def test_without_the_console_the_paths_are_not_found() -> None:

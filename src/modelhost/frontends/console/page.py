@@ -16,10 +16,12 @@ from typing import Any
 
 import orjson
 from google.protobuf import text_format  # type: ignore[import-untyped]
+from tritonclient.grpc.model_config_pb2 import ModelInstanceGroup
 
 from modelhost.engine_api import EngineAPI
 from modelhost.errors import ModelhostError
 from modelhost.frontends.console.settings import ConsoleSettings
+from modelhost.repository.mirror import human_size
 
 # The model table's columns, in order: (key in console.js, heading).
 COLUMNS = (
@@ -49,18 +51,11 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def size_text(n: int) -> str:
-    """Bytes as the console shows them (console.js's sizeText says the same)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def describe(config: Any) -> dict[str, str]:
     """A loaded version's backend, instances and batching, from its configuration in force."""
+    kinds = {"KIND_GPU": "GPU", "KIND_CPU": "CPU"}  # console.js's describe() says the same
     instances = ", ".join(
-        f"{g.count} x {g.name} ({'GPU' if g.kind == 1 else 'CPU' if g.kind == 2 else 'model'})"
+        f"{g.count} x {g.name} ({kinds.get(ModelInstanceGroup.Kind.Name(g.kind), 'model')})"
         for g in config.instance_group
     )
     batching = "none"
@@ -107,7 +102,7 @@ async def model_rows(engine: EngineAPI, refused: dict[str, str]) -> list[ModelRo
         cells.update(name=name, version=version, state=str(row.get("state", "")))
         cells["reason"] = str(row.get("reason", ""))
         if "memory_bytes" in row:
-            cells["memory"] = size_text(int(row["memory_bytes"]))
+            cells["memory"] = human_size(int(row["memory_bytes"]))
         pbtxt = ""
         if row.get("state") == "READY" and "model-config" not in refused:
             try:
@@ -146,6 +141,11 @@ def _process_tree(pid: int) -> tuple[float, int, float]:
         return time.time(), 0, 0.0
 
 
+def _readiness(ready: bool | None) -> str:
+    """None: the request may not read the health API (--http-restricted-api)."""
+    return "restricted" if ready is None else "ready" if ready else "not ready"
+
+
 def _uptime_text(seconds: float) -> str:
     s = int(seconds)
     days, s = divmod(s, 86400)
@@ -160,7 +160,7 @@ async def server_facts(
     """What the server panel shows, as plain data (also handed to console.js); the server's metadata and
     readiness only where the request may read them through the API."""
     metadata = {} if "metadata" in refused else await engine.server_metadata()
-    ready = False if "health" in refused else await engine.is_ready()
+    ready = None if "health" in refused else await engine.is_ready()
     import psutil
 
     started, rss, cpu_s = await asyncio.to_thread(_process_tree, settings.engine_pid or os.getpid())
@@ -188,7 +188,7 @@ def _server_panel(facts: dict[str, Any], rows: list[ModelRow]) -> str:
     used, total = facts["machine_memory"]
     items = [
         ("Server", f"{facts['name']} {facts['version']}"),
-        ("Readiness", "ready" if facts["ready"] else "not ready"),
+        ("Readiness", _readiness(facts["ready"])),
         ("Uptime", _uptime_text(time.time() - facts["started"])),
         ("Ports", ports),
         (
@@ -203,8 +203,8 @@ def _server_panel(facts: dict[str, Any], rows: list[ModelRow]) -> str:
         ),
         (
             "Memory",
-            f"the server's processes {size_text(facts['rss_bytes'])} resident; "
-            f"machine {size_text(used)} of {size_text(total)} in use",
+            f"the server's processes {human_size(facts['rss_bytes'])} resident; "
+            f"machine {human_size(used)} of {human_size(total)} in use",
         ),
         ("Extensions", " ".join(facts["extensions"])),
     ]
@@ -212,16 +212,16 @@ def _server_panel(facts: dict[str, Any], rows: list[ModelRow]) -> str:
     if budget is not None:
         taken = sum(r.memory_bytes for r in rows)
         items.append(
-            ("Memory budget", f"{size_text(taken)} of {size_text(budget)} taken by the loaded models")
+            ("Memory budget", f"{human_size(taken)} of {human_size(budget)} taken by the loaded models")
         )
     evicted = [r for r in rows if r.evicted]
     body = "".join(
         f'<dt>{_e(k)}</dt><dd id="server-{_e(k.lower().replace(" ", "-"))}">{_e(v)}</dd>' for k, v in items
     )
     out = f'<dl class="facts">{body}</dl>'
-    if budget is not None:
-        lately = "".join(f"<li>{_e(r.cells['name'])}: {_e(r.evicted)}</li>" for r in evicted)
-        out += f'<h3>Evicted lately</h3><ul id="evicted">{lately or "<li>none</li>"}</ul>'
+    # Always there: --model-idle-unload-secs evicts without a budget too.
+    lately = "".join(f"<li>{_e(r.cells['name'])}: {_e(r.evicted)}</li>" for r in evicted)
+    out += f'<h3>Evicted lately</h3><ul id="evicted">{lately or "<li>none</li>"}</ul>'
     return out
 
 
@@ -275,6 +275,7 @@ async def render(engine: EngineAPI, settings: ConsoleSettings, host: str, refuse
     facts = await server_facts(engine, settings, refused)
     rows = await model_rows(engine, refused)
     ready_class = "ready" if facts["ready"] else "not-ready"
+    readiness = _readiness(facts["ready"])
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -288,7 +289,7 @@ async def render(engine: EngineAPI, settings: ConsoleSettings, host: str, refuse
 <body>
 <header>
 <h1>modelhost</h1>
-<span id="readiness" class="{ready_class}">{"ready" if facts["ready"] else "not ready"}</span>
+<span id="readiness" class="{ready_class}">{readiness}</span>
 <nav><a href="console/compatibility">Compatibility</a> <a href="v2">Server metadata (JSON)</a></nav>
 </header>
 <main>

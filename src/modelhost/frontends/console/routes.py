@@ -35,12 +35,15 @@ def is_console_path(path: str) -> bool:
 
 
 @functools.cache
-def _asset(name: str) -> bytes | None:
-    """An asset's bytes (read once); None for a name the package does not ship."""
-    if "/" in name or name.startswith(".") or not name.endswith(tuple(_CONTENT_TYPES)):
-        return None
-    item = resources.files("modelhost.frontends.console").joinpath("assets", name)
-    return item.read_bytes() if item.is_file() else None
+def _assets() -> dict[str, tuple[bytes, str]]:
+    """Every asset the package ships, by file name: its bytes and content type (read once, at the first request
+    for one). Only these names are served: a client's other names are not looked up, nor remembered."""
+    folder = resources.files("modelhost.frontends.console").joinpath("assets")
+    return {
+        item.name: (item.read_bytes(), _CONTENT_TYPES["." + item.name.rsplit(".", 1)[-1]])
+        for item in folder.iterdir()
+        if item.is_file() and item.name.endswith(tuple(_CONTENT_TYPES))
+    }
 
 
 @functools.cache
@@ -90,8 +93,11 @@ class ConsoleRoutes:
             return HttpResponse(200, page.encode(), _HTML, list(_NO_STORE))
         if path == "/console/compatibility":
             return HttpResponse(200, _compatibility_page(), _HTML, list(_ASSET_CACHE))
-        name = path.removeprefix("/console/assets/")
-        if name != path and (data := _asset(name)) is not None:
-            suffix = "." + name.rsplit(".", 1)[-1]
-            return HttpResponse(200, data, _CONTENT_TYPES[suffix], list(_ASSET_CACHE))
+        asset = (
+            _assets().get(path.removeprefix("/console/assets/"))
+            if path.startswith("/console/assets/")
+            else None
+        )
+        if asset is not None:
+            return HttpResponse(200, asset[0], asset[1], list(_ASSET_CACHE))
         return error_response(404, "Not Found")

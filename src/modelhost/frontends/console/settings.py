@@ -10,8 +10,6 @@ from modelhost.options import ServerOptions
 
 
 class ConsoleSettings(msgspec.Struct, frozen=True):
-    # --http-console: serve the console at `/` (and its assets under /console/).
-    enabled: bool = True
     # The engine process: its start time is the server's uptime; its process tree's memory and CPU are shown.
     engine_pid: int = 0
     # Protocol -> port, for the ports that serve (http, grpc, metrics, sagemaker, vertex_ai).
@@ -32,7 +30,6 @@ def console_settings(options: ServerOptions, engine_pid: int) -> ConsoleSettings
     if options.allow_metrics:
         ports["metrics"] = options.metrics_port
     return ConsoleSettings(
-        enabled=True,
         engine_pid=engine_pid,
         ports=ports,
         frontend_processes=options.frontend_processes,

@@ -65,6 +65,7 @@
 
   // -- what the table shows -------------------------------------------------------------------------------------
 
+  // Bytes as the server-rendered page writes them (human_size, repository/mirror.py).
   function sizeText(n) {
     for (const [unit, scale] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
       if (n >= scale) return `${(n / scale).toFixed(1)} ${unit}`;
@@ -314,11 +315,13 @@
   }
 
   function renderServer() {
+    // null: the health API is restricted for this browser (page.py's _readiness says the same).
+    const text = state.ready === null ? "restricted" : state.ready ? "ready" : "not ready";
     const readiness = $("readiness");
-    readiness.textContent = state.ready ? "ready" : "not ready";
+    readiness.textContent = text;
     readiness.className = state.ready ? "ready" : "not-ready";
     const serverReadiness = $("server-readiness");
-    if (serverReadiness) serverReadiness.textContent = state.ready ? "ready" : "not ready";
+    if (serverReadiness) serverReadiness.textContent = text;
     const uptime = $("server-uptime");
     if (uptime) {
       let s = Math.max(0, Math.floor(Date.now() / 1000 - facts.started));
@@ -331,12 +334,10 @@
       const used = state.index.reduce((sum, row) => sum + (row.memory_bytes || 0), 0);
       const budget = $("server-memory-budget");
       if (budget) budget.textContent = `${sizeText(used)} of ${sizeText(facts.memory_budget)} taken by the loaded models`;
-      const evicted = $("evicted");
-      if (evicted) {
-        const items = state.index.filter((row) => row.evicted).map((row) => el("li", {}, `${row.name}: ${row.evicted}`));
-        evicted.replaceChildren(...(items.length ? items : [el("li", {}, "none")]));
-      }
     }
+    // With or without a budget: --model-idle-unload-secs evicts too.
+    const items = state.index.filter((row) => row.evicted).map((row) => el("li", {}, `${row.name}: ${row.evicted}`));
+    $("evicted").replaceChildren(...(items.length ? items : [el("li", {}, "none")]));
   }
 
   // -- the detail panel and its charts --------------------------------------------------------------------------
@@ -471,7 +472,7 @@
     const now = Date.now();
     const errors = [];
     const [ready, index, stats] = await Promise.all([
-      fetch("v2/health/ready").then((r) => r.ok, () => false),
+      fetch("v2/health/ready").then((r) => (r.status === 403 ? null : r.ok), () => false),
       api("POST", "v2/repository/index", {}).catch((e) => { errors.push(`repository index: ${e.message}`); return null; }),
       api("GET", "v2/models/stats").catch((e) => { errors.push(`statistics: ${e.message}`); return null; }),
     ]);
