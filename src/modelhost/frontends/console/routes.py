@@ -48,13 +48,13 @@ def _assets() -> dict[str, tuple[bytes, str]]:
 
 @functools.cache
 def _compatibility_page() -> bytes:
-    """docs/compatibility.md as HTML, written from the code as `modelhost compatibility` writes it."""
+    """docs/compatibility.md as HTML. The package carries the page itself (a link to docs/compatibility.md, which
+    `modelhost compatibility` writes from the code and tests/e2e/test_compatibility.py checks), so serving it
+    imports nothing of the engine or the CLI it is written from."""
     from markdown_it import MarkdownIt
 
-    from modelhost.cli.flags import FLAGS, SECTIONS
-    from modelhost.compatibility.page import markdown
-
-    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown(FLAGS, SECTIONS))
+    text = resources.files("modelhost.frontends.console").joinpath("compatibility.md").read_text("utf-8")
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>modelhost: compatibility with Triton</title>"
