@@ -20,7 +20,7 @@ dry_run=0
 
 # Imported by `modelhost serve` (its web console: psutil, markdown-it-py) and the gpu tests' clients
 # (tritonclient HTTP and gRPC), and not on that machine.
-CARRY=(tritonclient grpcio-health-checking h2 hpack hyperframe orjson msgspec httptools python-rapidjson
+CARRY=(tritonclient grpcio-health-checking hpack orjson msgspec httptools python-rapidjson
        geventhttpclient gevent greenlet zope.event zope.interface brotli psutil markdown-it-py mdurl)
 PINS=(grpcio protobuf)
 DEBS=(wrk nghttp2-client)

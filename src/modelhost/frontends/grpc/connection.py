@@ -1,4 +1,4 @@
-"""One HTTP/2 connection of the gRPC server: h2 for framing, HPACK and flow control; gRPC calls on top.
+"""One HTTP/2 connection of the gRPC server: `http2.py` for frames, HPACK and flow control; gRPC calls on top.
 
 Chosen by measurement over grpc.aio (benchmarks/README.md, "gRPC"): grpc.aio's per-call machinery cost more
 than everything else in a request, while this runs each call as one task on the server's own event loop.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import logging
 import os
@@ -24,14 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import grpc
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
-from hyperframe.frame import GoAwayFrame
 
 from modelhost.frontends.grpc.calls import (
     ACCEPTED_ENCODINGS,
@@ -43,6 +35,7 @@ from modelhost.frontends.grpc.calls import (
     status_trailers,
 )
 from modelhost.frontends.grpc.hpack_cache import CachingDecoder, CachingEncoder
+from modelhost.frontends.grpc.http2 import ErrorCode, Http2Server, ProtocolError, StreamClosed
 from modelhost.frontends.grpc.methods import Method
 from modelhost.observability.logs import RateLimitedLog
 
@@ -94,16 +87,6 @@ class GrpcLimits:
 
 _refusals = RateLimitedLog()
 
-_CONFIG = h2.config.H2Configuration(
-    client_side=False,
-    header_encoding=None,
-    # h2's checks of each request header (RFC 9113 8.2) were ~9% of a small call's CPU; a request whose headers
-    # break them is still refused below if it is not a gRPC call (method, content type, path).
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-)
 _RESPONSE_HEADERS = [
     (b":status", b"200"),
     (b"content-type", b"application/grpc"),
@@ -160,9 +143,15 @@ class GrpcConnection(asyncio.Protocol):
         self.methods = methods
         self.limits = limits
         self.connections = connections
-        self.h2 = h2.connection.H2Connection(_CONFIG)
-        self.h2.encoder = CachingEncoder()
-        self.h2.decoder = CachingDecoder(MAX_HEADER_LIST_SIZE)
+        self.h2 = Http2Server(
+            self,
+            max_concurrent_streams=MAX_CONCURRENT_STREAMS,
+            initial_window=INITIAL_WINDOW,
+            max_frame_size=MAX_FRAME_SIZE,
+            max_header_list_size=MAX_HEADER_LIST_SIZE,
+            encoder=CachingEncoder(),
+            decoder=CachingDecoder(MAX_HEADER_LIST_SIZE),
+        )
         self.transport: asyncio.Transport | None = None
         self.calls: dict[int, _Call] = {}
         self.loop = asyncio.get_running_loop()
@@ -174,7 +163,6 @@ class GrpcConnection(asyncio.Protocol):
         self.closed = False
         self.going_away = False  # GOAWAY sent: no new calls
         self.resets: collections.deque[float] = collections.deque()
-        self.received = 0  # bytes received since the connection's window was last reopened
         self.idle = asyncio.Event()
         self.idle.set()
         # The timeouts: one timer, moved on lazily (when it fires it checks these times and sets itself again if
@@ -191,17 +179,6 @@ class GrpcConnection(asyncio.Protocol):
         self.last_ping_received = float("-inf")
         self.ping_strikes = 0
         self.age_timers: list[asyncio.TimerHandle] = []
-        self._dispatch: dict[type[h2.events.Event], Any] = {
-            h2.events.RequestReceived: self._request_received,
-            h2.events.DataReceived: self._data_received,
-            h2.events.StreamEnded: self._stream_ended,
-            h2.events.StreamReset: self._stream_reset,
-            h2.events.WindowUpdated: self._window_opened,
-            h2.events.RemoteSettingsChanged: self._window_opened,
-            h2.events.ConnectionTerminated: self._terminated,
-            h2.events.PingReceived: self._ping_received,
-            h2.events.PingAckReceived: self._ping_acknowledged,
-        }
 
     # -- asyncio.Protocol --------------------------------------------------------------------------------------
 
@@ -215,19 +192,7 @@ class GrpcConnection(asyncio.Protocol):
             self.transport.close()
             return
         self.connections.add(self)
-        self.h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: INITIAL_WINDOW,
-                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
-            },
-        )
-        # Settings given as initial values are in force at once, so h2 is told of them here, not on their ACK.
-        self.h2.max_inbound_frame_size = MAX_FRAME_SIZE
-        self.h2.initiate_connection()
-        self.h2.increment_flow_control_window(INITIAL_WINDOW)
+        self.h2.initiate()
         self._flush()
         self._arm(min(self.limits.idle_timeout, self.limits.request_timeout))
         limits = self.limits
@@ -259,18 +224,13 @@ class GrpcConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
         try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as e:
-            # h2 has queued a GOAWAY saying why; send it and close.
-            log.info("closing a gRPC connection: %s", e or type(e).__name__)
+            self.h2.receive(data)  # calls the on_* methods below, frame by frame
+        except ProtocolError as e:
+            # A GOAWAY saying why is queued; send it and close.
+            log.info("closing a gRPC connection: %s (%s)", e, e.code.name)
             self._flush()
             self.close()
             return
-        dispatch = self._dispatch
-        for event in events:
-            handler = dispatch.get(type(event))
-            if handler is not None:
-                handler(event)
         self._flush()
 
     # -- timeouts ----------------------------------------------------------------------------------------------
@@ -330,8 +290,7 @@ class GrpcConnection(asyncio.Protocol):
         ):
             self.ping_sent = os.urandom(8)
             self.pings_without_data += 1
-            with contextlib.suppress(h2.exceptions.H2Error):
-                self.h2.ping(self.ping_sent)
+            self.h2.send_ping(self.ping_sent)
             self._flush()
             self.ping_deadline = self.loop.call_later(limits.keepalive_timeout / 1000, self._ping_unanswered)
             wait_ms = float(limits.keepalive_time)
@@ -348,16 +307,16 @@ class GrpcConnection(asyncio.Protocol):
             )
             self.close()
 
-    def _ping_acknowledged(self, event: h2.events.PingAckReceived) -> None:
-        if event.ping_data == self.ping_sent:
+    def on_ping_ack(self, payload: bytes) -> None:
+        if payload == self.ping_sent:
             self.ping_sent = None
             if self.ping_deadline is not None:
                 self.ping_deadline.cancel()
                 self.ping_deadline = None
 
-    def _ping_received(self, event: h2.events.PingReceived) -> None:
+    def on_ping(self) -> None:
         """gRPC's ping abuse policy: pings closer together than allowed, with no answer of ours in between, are
-        strikes (h2 has acknowledged the ping already)."""
+        strikes (the ping is acknowledged already)."""
         limits = self.limits
         now = time.monotonic()
         idle = not self.calls and not limits.keepalive_permit_without_calls
@@ -372,7 +331,7 @@ class GrpcConnection(asyncio.Protocol):
                 "closing a gRPC connection: too many pings (%d too soon; --grpc-http2-max-ping-strikes)",
                 self.ping_strikes,
             )
-            self.go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")
+            self.go_away(ErrorCode.ENHANCE_YOUR_CALM, b"too_many_pings")
             self.close()
 
     def _answered(self) -> None:
@@ -394,12 +353,10 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- inbound events ----------------------------------------------------------------------------------------
 
-    def _request_received(self, event: h2.events.RequestReceived) -> None:
-        stream_id = event.stream_id
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         if self.going_away:
-            self._reset(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
+            self.h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
             return
-        headers = event.headers
         path = method_name = b""
         content_type = encoding = timeout = None
         for name, value in headers:
@@ -441,15 +398,13 @@ class GrpcConnection(asyncio.Protocol):
             call.inbox = collections.deque()
             call.task = self.loop.create_task(self._run(call, self._streaming))
 
-    def _data_received(self, event: h2.events.DataReceived) -> None:
-        stream_id = event.stream_id
-        size = event.flow_controlled_length
-        self._acknowledge_connection(size)
+    def on_data(self, stream_id: int, data: bytes, flow_controlled: int) -> None:
+        size = flow_controlled
         call = self.calls.get(stream_id)
-        if call is None:  # answered or reset already: the bytes only count against the connection's window
+        if call is None:  # answered already (a refused call), the rest of its request is dropped
             return
         try:
-            messages = call.reader.feed(event.data)
+            messages = call.reader.feed(data)
         except AbortError as e:
             log.info("gRPC call to %s refused: %s", call.method.name, e.message)
             self._fail_early(call, e)
@@ -472,8 +427,8 @@ class GrpcConnection(asyncio.Protocol):
             call.unacknowledged += size
         self._wake_inbox(stream_id)
 
-    def _stream_ended(self, event: h2.events.StreamEnded) -> None:
-        call = self.calls.get(event.stream_id)
+    def on_end(self, stream_id: int) -> None:
+        call = self.calls.get(stream_id)
         if call is None:
             return
         call.remote_ended = True
@@ -492,7 +447,7 @@ class GrpcConnection(asyncio.Protocol):
             return
         call.task = self.loop.create_task(self._run(call, self._unary, message))
 
-    def _stream_reset(self, event: h2.events.StreamReset) -> None:
+    def on_reset(self, stream_id: int, code: int) -> None:
         now = time.monotonic()
         self.resets.append(now)
         while self.resets and self.resets[0] < now - 1.0:
@@ -501,9 +456,9 @@ class GrpcConnection(asyncio.Protocol):
             log.warning(
                 "closing a gRPC connection: more than %d stream resets a second", MAX_RESETS_PER_SECOND
             )
-            self.go_away(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self.go_away(ErrorCode.ENHANCE_YOUR_CALM)
             self.close()
-        call = self.calls.get(event.stream_id)
+        call = self.calls.get(stream_id)
         if call is not None:  # the client cancelled the call
             _log_cancellation(call, "the client reset the stream")
             self._forget(call)
@@ -511,11 +466,11 @@ class GrpcConnection(asyncio.Protocol):
                 call.task.cancel()
             self._wake_inbox(call.id)
 
-    def _window_opened(self, event: h2.events.Event) -> None:
+    def on_window_opened(self) -> None:
         self._wake_window_waiters()
 
-    def _terminated(self, event: h2.events.ConnectionTerminated) -> None:
-        # The client sent GOAWAY: h2 takes no more frames from us, so what is in flight cannot be answered.
+    def on_goaway(self, code: int) -> None:
+        # The client sent GOAWAY: it reads no more, so what is in flight cannot be answered.
         self.close()
 
     # -- running calls -----------------------------------------------------------------------------------------
@@ -571,8 +526,7 @@ class GrpcConnection(asyncio.Protocol):
                     self.inbox_waiters.pop(call.id, None)
             message = inbox.popleft()
             if call.unacknowledged and len(inbox) < STREAM_INBOX // 2:
-                with contextlib.suppress(h2.exceptions.H2Error):
-                    self.h2.increment_flow_control_window(call.unacknowledged, call.id)
+                self.h2.open_window(call.id, call.unacknowledged)
                 call.unacknowledged = 0
                 self._schedule_flush()
             if message is None:
@@ -609,7 +563,7 @@ class GrpcConnection(asyncio.Protocol):
         self._answered()
         try:  # noqa: SIM105 (try is cheaper than contextlib.suppress on the hot path)
             self.h2.send_headers(call.id, _RESPONSE_HEADERS)
-        except h2.exceptions.H2Error:
+        except StreamClosed:
             pass  # reset or connection gone; the call is dropped below
         self._schedule_flush()
 
@@ -630,8 +584,8 @@ class GrpcConnection(asyncio.Protocol):
                 await self.can_write.wait()
                 continue
             try:
-                window = h2c.local_flow_control_window(call.id)
-            except h2.exceptions.H2Error:
+                window = h2c.window(call.id)
+            except StreamClosed:
                 return
             if window <= 0:
                 waiter = self.loop.create_future()
@@ -646,7 +600,7 @@ class GrpcConnection(asyncio.Protocol):
                 chunk = view[offset - 5 : offset - 5 + size]
             try:
                 h2c.send_data(call.id, chunk)
-            except h2.exceptions.H2Error:
+            except StreamClosed:
                 return
             offset += size
             self._schedule_flush()
@@ -663,8 +617,8 @@ class GrpcConnection(asyncio.Protocol):
             trailers = _OK_TRAILERS if code is grpc.StatusCode.OK else status_trailers(code, message)
             self.h2.send_headers(call.id, trailers, end_stream=True)
             if not call.remote_ended:  # answered before the client finished sending: it may stop now
-                self.h2.reset_stream(call.id, h2.errors.ErrorCodes.NO_ERROR)
-        except h2.exceptions.H2Error:
+                self.h2.reset_stream(call.id, ErrorCode.NO_ERROR)
+        except StreamClosed:
             pass
         self._schedule_flush()
 
@@ -686,37 +640,24 @@ class GrpcConnection(asyncio.Protocol):
         try:
             self.h2.send_headers(stream_id, headers, end_stream=True)
             if reset:
-                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
-        except h2.exceptions.H2Error:
+                self.h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
+        except StreamClosed:
             pass
         self._schedule_flush()
 
     def _answer_http_error(self, stream_id: int, status: bytes) -> None:
         try:
             self.h2.send_headers(stream_id, [(b":status", status)], end_stream=True)
-            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
-        except h2.exceptions.H2Error:
+            self.h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
+        except StreamClosed:
             pass
         self._schedule_flush()
-
-    def _reset(self, stream_id: int, code: h2.errors.ErrorCodes) -> None:
-        with contextlib.suppress(h2.exceptions.H2Error):
-            self.h2.reset_stream(stream_id, code)
-
-    def _acknowledge_connection(self, size: int) -> None:
-        """Bytes received count against the connection's window until half of it is used, then reopen it at once
-        (one WINDOW_UPDATE, not one per DATA frame)."""
-        self.received += size
-        if self.received >= INITIAL_WINDOW // 2:
-            self.h2.increment_flow_control_window(self.received)
-            self.received = 0
 
     def _acknowledge_stream(self, call: _Call, size: int) -> None:
         """The same for a call's own window: only a call that receives more than half of it ever needs an update."""
         call.received += size
         if call.received >= INITIAL_WINDOW // 2:
-            with contextlib.suppress(h2.exceptions.H2Error):
-                self.h2.increment_flow_control_window(call.received, call.id)
+            self.h2.open_window(call.id, call.received)
             call.received = 0
 
     def _forget(self, call: _Call) -> None:
@@ -746,7 +687,7 @@ class GrpcConnection(asyncio.Protocol):
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        """Write what h2 has queued, once per loop turn however many calls answered in it."""
+        """Write what is queued, once per loop turn however many calls answered in it."""
         self.flush_scheduled = False
         data = self.h2.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
@@ -754,22 +695,13 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- shutdown ----------------------------------------------------------------------------------------------
 
-    def go_away(self, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.NO_ERROR, debug: bytes = b"") -> None:
-        """Send GOAWAY naming the last call we take, while the calls in flight may still be answered.
-
-        h2's `close_connection` would refuse every later frame of ours, so the frame is written directly.
-        """
+    def go_away(self, code: ErrorCode = ErrorCode.NO_ERROR, debug: bytes = b"") -> None:
+        """Send GOAWAY naming the last call we take, while the calls in flight may still be answered."""
         if self.going_away or self.transport is None or self.transport.is_closing():
             return
         self.going_away = True
+        self.h2.send_goaway(code, debug)
         self._flush()
-        frame = GoAwayFrame(
-            stream_id=0,
-            last_stream_id=self.h2.highest_inbound_stream_id,
-            error_code=code,
-            additional_data=debug,
-        )
-        self.transport.write(frame.serialize())
 
     async def drain(self, timeout: float) -> bool:
         """GOAWAY, then wait up to `timeout` s for the calls in flight; True when they all finished."""
@@ -781,6 +713,7 @@ class GrpcConnection(asyncio.Protocol):
             return False
 
     def close(self) -> None:
+        self.h2.stopped = True  # the rest of what arrived is not parsed
         if self.transport is not None and not self.transport.is_closing():
             self._flush()
             self.transport.close()
