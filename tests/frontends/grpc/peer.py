@@ -31,6 +31,13 @@ class MemoryTransport:
     def is_closing(self) -> bool:
         return self.closed
 
+    def get_write_buffer_size(self) -> int:
+        return len(self.written)  # what the peer has not read yet
+
+    def abort(self) -> None:
+        self.written.clear()
+        self.close()
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True

@@ -15,6 +15,7 @@ import pytest
 from hyperframe.frame import Frame, GoAwayFrame, PingFrame
 
 from frontends.grpc.peer import MemoryTransport, Peer, framed, unary
+from modelhost.frontends.grpc import connection
 from modelhost.frontends.grpc.calls import MAX_STATUS_MESSAGE, AbortError
 from modelhost.frontends.grpc.connection import MAX_RESETS_PER_SECOND, GrpcConnection, GrpcLimits
 from modelhost.frontends.grpc.methods import Method
@@ -403,6 +404,25 @@ def test_a_paused_transport_holds_data_back() -> None:
         assert len(peer.answers[stream_id].data) == 0
         peer.server.resume_writing()
         assert len((await peer.answer(stream_id)).messages()[0]) == 30000
+
+    run(test)
+
+
+def test_a_client_that_floods_acknowledgements_and_never_reads_is_cut_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SETTINGS and PINGs are answered by the protocol itself; unread, those answers would pile up for ever."""
+    monkeypatch.setattr(connection, "MAX_UNREAD_BYTES", 64 * 1024)
+
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        peer.server.pause_writing()  # the client's socket is full: it reads nothing
+        settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame, acknowledged each time
+        for _ in range(20_000):
+            peer.server.data_received(settings * 10)
+            if peer.transport.closed:
+                break
+        assert peer.transport.closed
+        assert len(peer.transport.written) == 0  # dropped, not held
 
     run(test)
 

@@ -51,6 +51,10 @@ MAX_HEADER_LIST_SIZE = 16 * 1024
 STREAM_INBOX = 64
 # Client resets of streams per connection and second before the connection is closed (the "rapid reset" attack).
 MAX_RESETS_PER_SECOND = 500
+# Bytes written and not yet taken by the client's socket. Answers' DATA waits while the transport is paused, so
+# only what the protocol answers by itself (SETTINGS and PING acknowledgements, statuses) can pass the transport's
+# high-water mark: a client that floods those and never reads is cut off here, not held in memory.
+MAX_UNREAD_BYTES = 32 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -690,8 +694,14 @@ class GrpcConnection(asyncio.Protocol):
         """Write what is queued, once per loop turn however many calls answered in it."""
         self.flush_scheduled = False
         data = self.h2.data_to_send()
-        if data and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+        transport = self.transport
+        if data and transport is not None and not transport.is_closing():
+            transport.write(data)
+            if not self.can_write.is_set() and transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+                log.warning(
+                    "closing a gRPC connection: its client left %d bytes of answers unread", MAX_UNREAD_BYTES
+                )
+                transport.abort()
 
     # -- shutdown ----------------------------------------------------------------------------------------------
 
