@@ -28,6 +28,8 @@ LAYERS = (
 _MODULES = (
     ("frontends/http/protocol.py", "socket & parsing"),
     ("frontends/grpc/connection.py", "socket & parsing"),
+    ("frontends/grpc/http2.py", "socket & parsing"),
+    ("frontends/grpc/hpack_cache.py", "socket & parsing"),
     ("frontends/grpc/server.py", "socket & parsing"),
     ("frontends/http/routes.py", "routing & handlers"),
     ("frontends/http/buffer.py", "routing & handlers"),
