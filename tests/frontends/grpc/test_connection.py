@@ -14,7 +14,7 @@ import h2.errors
 import pytest
 from hyperframe.frame import Frame, GoAwayFrame, PingFrame
 
-from frontends.grpc.peer import MemoryTransport, Peer, framed, unary
+from frontends.grpc.peer import MemoryTransport, Peer, framed, request_headers, unary
 from modelhost.frontends.grpc import connection
 from modelhost.frontends.grpc.calls import MAX_STATUS_MESSAGE, AbortError
 from modelhost.frontends.grpc.connection import MAX_RESETS_PER_SECOND, GrpcConnection, GrpcLimits
@@ -155,6 +155,17 @@ def test_unknown_method() -> None:
     async def test(handlers: Handlers, peer: Peer) -> None:
         answer = await peer.answer(peer.call(b"/t.S/Nope", framed(b"")))
         assert answer.status() == UNIMPLEMENTED and answer.message() == "Method not found!"
+        # Answered from its headers while the client still sends: told to stop, and the stream is closed.
+        answer = await peer.answer(peer.start(b"/t.S/Nope"))
+        assert answer.status() == UNIMPLEMENTED and answer.reset == h2.errors.ErrorCodes.NO_ERROR
+        assert not peer.server.h2.streams
+        # A call whose headers end its stream is answered without a reset.
+        stream_id = peer.h2.get_next_available_stream_id()
+        peer.h2.send_headers(stream_id, request_headers(b"/t.S/Nope"), end_stream=True)
+        peer.send()
+        answer = await peer.answer(stream_id)
+        assert answer.status() == UNIMPLEMENTED and answer.reset is None
+        assert not peer.server.h2.streams
         await still_serving(peer)
 
     run(test)
@@ -496,6 +507,34 @@ def test_go_away_lets_calls_in_flight_finish_and_refuses_new_ones() -> None:
     run(test)
 
 
+def test_a_client_goaway_lets_its_calls_in_flight_finish() -> None:
+    """A client shutting down gracefully (GOAWAY NO_ERROR, as grpc-java's `shutdown()`) still gets its answers."""
+
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        slow = peer.call(b"/t.S/Slow", framed(b""))
+        await peer.settle()
+        # Written past the h2 client, which would take no more frames after its own GOAWAY.
+        peer.server.data_received(GoAwayFrame(last_stream_id=0, error_code=0).serialize())
+        assert not peer.transport.closed
+        handlers.release.set()
+        assert (await peer.answer(slow)).messages() == [b"done"]
+        await asyncio.sleep(0.01)
+        assert peer.transport.closed  # with its last call
+
+    run(test)
+
+
+def test_a_client_goaway_with_an_error_ends_its_calls() -> None:
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        peer.call(b"/t.S/Slow", framed(b""))
+        await peer.settle()
+        peer.server.data_received(GoAwayFrame(last_stream_id=0, error_code=2).serialize())
+        await peer.settle()
+        assert peer.transport.closed and handlers.cancelled == 1
+
+    run(test)
+
+
 def frames(data: bytearray) -> list[Frame]:
     out = []
     while data:
@@ -545,6 +584,21 @@ def test_a_connection_that_starts_no_call_is_closed_after_the_request_timeout() 
         assert peer.transport.closed
 
     run_with(test, idle_timeout=60, request_timeout=0.05)
+
+
+def test_frames_without_a_call_do_not_keep_a_connection_open() -> None:
+    """A client that sends only SETTINGS and PRIORITY now and then (no call) is closed at the request timeout."""
+
+    async def test(handlers: Handlers, peer: Peer) -> None:
+        for _ in range(30):
+            if peer.transport.closed:
+                break
+            peer.server.data_received(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # SETTINGS
+            peer.server.data_received(b"\x00\x00\x05\x02\x00\x00\x00\x00\x07" + bytes(5))  # PRIORITY
+            await asyncio.sleep(0.02)
+        assert peer.transport.closed
+
+    run_with(test, idle_timeout=60, request_timeout=0.1)
 
 
 def test_a_unary_request_that_stops_halfway_is_deadline_exceeded_and_the_connection_goes_on() -> None:

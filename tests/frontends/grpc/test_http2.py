@@ -43,8 +43,10 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[object, ...]] = []
 
-    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
         self.events.append(("request", stream_id, [tuple(h) for h in headers]))
+        if end_stream:
+            self.events.append(("ended-with-headers", stream_id))
 
     def on_data(self, stream_id: int, data: bytes, flow_controlled: int) -> None:
         self.events.append(("data", stream_id, data, flow_controlled))
@@ -227,6 +229,26 @@ def test_a_header_block_larger_than_the_clients_frames_is_continued() -> None:
     )
 
 
+def test_the_clients_table_size_is_capped_and_a_flood_of_changes_stays_two() -> None:
+    conn, _ = server()
+    conn.receive(frame(HEADERS, END_HEADERS | END_STREAM, 1, block()))
+    conn.receive(frame(SETTINGS, 0, 0, struct.pack(">HL", 1, 2**32 - 1)))
+    assert conn.encoder.header_table.maxsize == 4096  # the most we use, whatever the client allows
+    flood = b"".join(struct.pack(">HL", 1, size) for size in (0, 1) * 5000)
+    for _ in range(5):
+        conn.receive(frame(SETTINGS, 0, 0, flood))
+    assert conn.encoder.table_size_changes == [0, 1]
+    conn.receive(frame(SETTINGS, 0, 0, struct.pack(">HL", 1, 0) * 2))  # the same size twice
+    conn.data_to_send()
+    conn.send_headers(1, [(b":status", b"200")], end_stream=True)
+    (headers,) = frames(conn.data_to_send())
+    # One dynamic table size update to 0 (RFC 7541 6.3), then the field: a client's decoder follows.
+    assert headers[3][:1] == b"\x20"
+    decoder = hpack.Decoder()
+    assert decoder.decode(headers[3], raw=True) == [(b":status", b"200")]
+    assert decoder.header_table.maxsize == 0
+
+
 def test_pings_are_answered_and_ours_acknowledged() -> None:
     conn, recorder = server()
     conn.data_to_send()
@@ -258,7 +280,7 @@ def test_a_client_reset_and_late_frames_of_closed_streams() -> None:
     assert conn.recv_window == WINDOW - 100
     # The dynamic table followed the dropped block: the next request still decodes.
     conn.receive(frame(HEADERS, END_HEADERS | END_STREAM, 5, block()))
-    assert recorder.events[-2] == ("request", 5, REQUEST)
+    assert recorder.events[-3:] == [("request", 5, REQUEST), ("ended-with-headers", 5), ("end", 5)]
 
 
 def test_the_connections_window_is_reopened_once_half_is_used() -> None:

@@ -172,7 +172,9 @@ class GrpcConnection(asyncio.Protocol):
         # The timeouts: one timer, moved on lazily (when it fires it checks these times and sets itself again if
         # the deadline moved), so that receiving bytes only reads the clock.
         self.timer: asyncio.TimerHandle | None = None
-        self.last_active = time.monotonic()  # the last byte received or call ended
+        # The last call started, request bytes received, or call ended: frames without a call (SETTINGS, PRIORITY,
+        # an unknown type) do not keep a connection open past its idle and request timeouts.
+        self.last_active = time.monotonic()
         self.any_call = False  # a call was started on this connection
         # Keepalive: our ping in flight (its payload) and its deadline, pings sent since our last answer; and the
         # client's pings: when the last came, and the strikes against it.
@@ -226,7 +228,6 @@ class GrpcConnection(asyncio.Protocol):
         self.can_write.set()
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
         try:
             self.h2.receive(data)  # calls the on_* methods below, frame by frame
         except ProtocolError as e:
@@ -357,7 +358,8 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- inbound events ----------------------------------------------------------------------------------------
 
-    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
+        self.last_active = time.monotonic()
         if self.going_away:
             self.h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
             return
@@ -375,22 +377,24 @@ class GrpcConnection(asyncio.Protocol):
             elif name == b"grpc-timeout":
                 timeout = value
         if method_name != b"POST":
-            self._answer_http_error(stream_id, b"405")
+            self._answer_http_error(stream_id, b"405", reset=not end_stream)
             return
         if content_type is None or not content_type.startswith(b"application/grpc"):
-            self._answer_http_error(stream_id, b"415")
+            self._answer_http_error(stream_id, b"415", reset=not end_stream)
             return
         method = self.methods.get(path)
         if method is None:
             log.info("unknown gRPC method %s", path.decode("latin-1"))
-            self._answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            self._answer_status(
+                stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!", reset=not end_stream
+            )
             return
         try:
             reader = MessageReader(encoding, self.limits.max_message_size, self.limits.max_decompressed_size)
             seconds = parse_timeout(timeout) if timeout is not None else None
         except AbortError as e:
             log.info("refused a gRPC call to %s: %s", path.decode("latin-1"), e.message)
-            self._answer_status(stream_id, e.code, e.message)
+            self._answer_status(stream_id, e.code, e.message, reset=not end_stream)
             return
         call = _Call(stream_id, method, reader, CallContext(headers))
         self.calls[stream_id] = call
@@ -403,6 +407,7 @@ class GrpcConnection(asyncio.Protocol):
             call.task = self.loop.create_task(self._run(call, self._streaming))
 
     def on_data(self, stream_id: int, data: bytes, flow_controlled: int) -> None:
+        self.last_active = time.monotonic()
         size = flow_controlled
         call = self.calls.get(stream_id)
         if call is None:  # answered already (a refused call), the rest of its request is dropped
@@ -474,8 +479,12 @@ class GrpcConnection(asyncio.Protocol):
         self._wake_window_waiters()
 
     def on_goaway(self, code: int) -> None:
-        # The client sent GOAWAY: it reads no more, so what is in flight cannot be answered.
-        self.close()
+        if code != ErrorCode.NO_ERROR or not self.calls:
+            self.close()  # an error: the client reads no more, so what is in flight cannot be answered
+            return
+        # A client shutting down gracefully (grpc-java's `shutdown()`): its calls in flight are answered, new
+        # ones refused, and the connection closes with the last of them.
+        self.going_away = True
 
     # -- running calls -----------------------------------------------------------------------------------------
 
@@ -649,10 +658,11 @@ class GrpcConnection(asyncio.Protocol):
             pass
         self._schedule_flush()
 
-    def _answer_http_error(self, stream_id: int, status: bytes) -> None:
+    def _answer_http_error(self, stream_id: int, status: bytes, *, reset: bool) -> None:
         try:
             self.h2.send_headers(stream_id, [(b":status", status)], end_stream=True)
-            self.h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
+            if reset:  # the client is still sending: it may stop now
+                self.h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
         except StreamClosed:
             pass
         self._schedule_flush()

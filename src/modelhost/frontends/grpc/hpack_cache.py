@@ -18,6 +18,9 @@ import hpack
 # Distinct blocks remembered per connection and direction: a client that sends a new block each time (say, a
 # changing literal) is coded as usual once this many are kept.
 CACHE_ENTRIES = 64
+# The largest request header block remembered: a call's steady-state block is some tens of bytes, and a client's
+# large blocks (up to 64 KiB each) are not kept for the connection's life.
+MAX_CACHED_BLOCK = 1024
 
 
 class _TableWatch:
@@ -51,7 +54,7 @@ class CachingDecoder(hpack.Decoder):
         self._watch = _TableWatch(self.header_table)
 
     def decode(self, data: bytes, raw: bool = False) -> Iterable[Any]:
-        cacheable = raw and type(data) is bytes
+        cacheable = raw and type(data) is bytes and len(data) <= MAX_CACHED_BLOCK
         if cacheable:
             if self._watch.unchanged():
                 hit = self._cache.get(data)

@@ -42,6 +42,9 @@ HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX
 MAX_HEADER_LIST_SIZE = 6
 
 DEFAULT_WINDOW = 65_535
+# The most of its dynamic table our HPACK encoder uses, whatever the client allows (RFC 7541 4.2 lets an encoder
+# use less): a larger table only adds entries to search, and the client picks the size, not us.
+MAX_ENCODER_TABLE = 4096
 DEFAULT_FRAME_SIZE = 16_384
 MAX_WINDOW = 2**31 - 1
 
@@ -84,7 +87,7 @@ class StreamClosed(Exception):
 class Events(Protocol):
     """What the connection is told, in the order the frames arrived."""
 
-    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None: ...
+    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None: ...
 
     def on_data(self, stream_id: int, data: bytes, flow_controlled: int) -> None: ...
 
@@ -334,7 +337,7 @@ class Http2Server:
             )
         self.highest_inbound_stream_id = stream_id
         self.streams[stream_id] = _Stream(self.peer_initial_window, self.initial_window)
-        self.events.on_request(stream_id, headers)
+        self.events.on_request(stream_id, headers, end_stream)
         if end_stream:
             self._remote_end(stream_id)
 
@@ -376,7 +379,7 @@ class Http2Server:
         for offset in range(0, len(payload), 6):
             code, value = _SETTING.unpack_from(payload, offset)
             if code == HEADER_TABLE_SIZE:
-                self.encoder.header_table_size = value
+                self._table_size(min(value, MAX_ENCODER_TABLE))
             elif code == ENABLE_PUSH:
                 if value > 1:
                     raise ProtocolError(ErrorCode.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH of {value}")
@@ -401,6 +404,19 @@ class Http2Server:
         if window_changed:
             self.events.on_window_opened()
 
+    def _table_size(self, size: int) -> None:
+        """The encoder's table resized; the next header block signals the smallest size since the last block,
+        then the final one (RFC 7541 4.2), however many SETTINGS changed it in between: a client that flips it
+        in a flood of SETTINGS leaves two pending changes, not one per setting."""
+        encoder = self.encoder
+        encoder.header_table_size = size
+        changes = encoder.table_size_changes
+        if changes:
+            smallest = min(changes)
+            encoder.table_size_changes = [smallest, size] if smallest != size else [size]
+            # hpack marks a resize only when the size differs from the last one: the pending change still counts.
+            encoder.header_table.resized = True
+
     def _push_promise(self, flags: int, stream_id: int, payload: bytes) -> None:
         raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
 
@@ -420,8 +436,11 @@ class Http2Server:
             raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
         if len(payload) < 8:
             raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY of fewer than 8 bytes")
-        self.stopped = True
-        self.events.on_goaway(_GOAWAY.unpack_from(payload)[1])
+        code = _GOAWAY.unpack_from(payload)[1]
+        if code != ErrorCode.NO_ERROR:
+            self.stopped = True  # the client gave up on the connection: nothing more is read
+        # NO_ERROR: it opens no more streams, and those open may still be answered (RFC 9113 6.8).
+        self.events.on_goaway(code)
 
     def _window_update(self, flags: int, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
