@@ -89,33 +89,18 @@ def measure(args: argparse.Namespace, frontends: int, repo: Path, bodies_dir: Pa
     )
     ports = Ports.pick()
     command = server_command("modelhost", repo, ports, extra_args=[f"--frontend-processes={frontends}"])
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = _Load(command, ports.http, ports.grpc, bodies_dir)
     try:
-        url = f"http://127.0.0.1:{ports.http}/v2/models/{args.model}/infer"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                run_wrk(url, bodies.binary_file, bodies.binary_header_len, 1, 1, 1)
-                break
-            except RuntimeError:
-                time.sleep(0.3)
-        grpc_target = f"127.0.0.1:{ports.grpc}"
-        frame_size = 5 + check_grpc("127.0.0.1", ports.grpc, workload) if args.protocol == "grpc" else 0
-
-        def load(duration: int) -> RunResult:
-            if args.protocol == "grpc":
-                return run_h2load(
-                    grpc_target, bodies.grpc_frame_file, frame_size, args.concurrency, duration, 8
-                )
-            return run_wrk(url, bodies.binary_file, bodies.binary_header_len, args.concurrency, duration, 1)
-
-        load(2)  # warm up
-        pids = [server.pid, *_descendants(server.pid)]
-        before = {pid: _cpu_s(pid) for pid in pids}
+        server.wait(args.model, bodies)
+        protocol = "grpc" if args.protocol == "grpc" else "http-binary"
+        frame_size = 5 + check_grpc("127.0.0.1", ports.grpc, workload) if protocol == "grpc" else 0
+        server.run(args.model, protocol, bodies, frame_size, args.concurrency, 2)  # warm up
+        pids = [server.process.pid, *_descendants(server.process.pid)]
+        before = _tree_cpu(pids)
         profiles = []
         if args.profile:
-            targets = [("engine", server.pid)]
-            targets += [("frontend", p) for p in pids if _role(p, server.pid) == "frontends"][:1]
+            targets = [("engine", server.process.pid)]
+            targets += [("frontend", p) for p in pids if _role(p, server.process.pid) == "frontends"][:1]
             for name, pid in targets:
                 out = Path(tempfile.mkdtemp()) / f"{name}.txt"
                 profiles.append((name, out))
@@ -124,12 +109,12 @@ def measure(args: argparse.Namespace, frontends: int, repo: Path, bodies_dir: Pa
                      "-o", str(out), "--nonblocking"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )  # fmt: skip
-        result = load(args.duration)
-        after = {pid: _cpu_s(pid) for pid in pids if Path(f"/proc/{pid}").exists()}
+        result = server.run(args.model, protocol, bodies, frame_size, args.concurrency, args.duration)
+        after = _tree_cpu(pids)
         requests = result.rps * result.duration_s
         by_role: dict[str, float] = {}
         for pid, cpu in after.items():
-            role = _role(pid, server.pid)
+            role = _role(pid, server.process.pid)
             by_role[role] = by_role.get(role, 0.0) + cpu - before[pid]
         total = sum(by_role.values())
         parts = ", ".join(f"{role} {1e6 * cpu / requests:.0f}" for role, cpu in sorted(by_role.items()))
@@ -144,8 +129,7 @@ def measure(args: argparse.Namespace, frontends: int, repo: Path, bodies_dir: Pa
                 share, samples = _transport_share(out)
                 print(f"  {name}: transport {100 * share:.0f}% of {samples} busy samples")
     finally:
-        server.terminate()
-        server.wait(60)
+        server.stop()
 
 
 # --table: (model, protocol) in the order of the table.

@@ -158,14 +158,14 @@ def test_unknown_method() -> None:
         # Answered from its headers while the client still sends: told to stop, and the stream is closed.
         answer = await peer.answer(peer.start(b"/t.S/Nope"))
         assert answer.status() == UNIMPLEMENTED and answer.reset == h2.errors.ErrorCodes.NO_ERROR
-        assert not peer.server.h2.streams
+        assert not peer.server.http2.streams
         # A call whose headers end its stream is answered without a reset.
         stream_id = peer.h2.get_next_available_stream_id()
         peer.h2.send_headers(stream_id, request_headers(b"/t.S/Nope"), end_stream=True)
         peer.send()
         answer = await peer.answer(stream_id)
         assert answer.status() == UNIMPLEMENTED and answer.reset is None
-        assert not peer.server.h2.streams
+        assert not peer.server.http2.streams
         await still_serving(peer)
 
     run(test)

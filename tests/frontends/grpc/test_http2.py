@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelhost.frontends.grpc.hpack_cache import CachingDecoder, CachingEncoder
 from modelhost.frontends.grpc.http2 import (
     ACK,
     CONTINUATION,
@@ -48,8 +47,8 @@ class Recorder:
         if end_stream:
             self.events.append(("ended-with-headers", stream_id))
 
-    def on_data(self, stream_id: int, data: bytes, flow_controlled: int) -> None:
-        self.events.append(("data", stream_id, data, flow_controlled))
+    def on_data(self, stream_id: int, data: bytes, size: int) -> None:
+        self.events.append(("data", stream_id, data, size))
 
     def on_end(self, stream_id: int) -> None:
         self.events.append(("end", stream_id))
@@ -78,8 +77,6 @@ def server(max_streams: int = 8) -> tuple[Http2Server, Recorder]:
         initial_window=WINDOW,
         max_frame_size=1 << 16,
         max_header_list_size=16 * 1024,
-        encoder=CachingEncoder(),
-        decoder=CachingDecoder(16 * 1024),
     )
     conn.initiate()
     conn.receive(PREFACE + frame(SETTINGS, 0, 0))
@@ -154,8 +151,6 @@ def test_a_request_arrives_whole_however_its_bytes_are_cut() -> None:
         initial_window=WINDOW,
         max_frame_size=1 << 16,
         max_header_list_size=16 * 1024,
-        encoder=CachingEncoder(),
-        decoder=CachingDecoder(16 * 1024),
     )
     for byte in PREFACE + frame(SETTINGS, 0, 0) + data:
         conn.receive(bytes([byte]))

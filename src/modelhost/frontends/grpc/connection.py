@@ -34,7 +34,6 @@ from modelhost.frontends.grpc.calls import (
     parse_timeout,
     status_trailers,
 )
-from modelhost.frontends.grpc.hpack_cache import CachingDecoder, CachingEncoder
 from modelhost.frontends.grpc.http2 import ErrorCode, Http2Server, ProtocolError, StreamClosed
 from modelhost.frontends.grpc.methods import Method
 from modelhost.observability.logs import RateLimitedLog
@@ -147,14 +146,12 @@ class GrpcConnection(asyncio.Protocol):
         self.methods = methods
         self.limits = limits
         self.connections = connections
-        self.h2 = Http2Server(
+        self.http2 = Http2Server(
             self,
             max_concurrent_streams=MAX_CONCURRENT_STREAMS,
             initial_window=INITIAL_WINDOW,
             max_frame_size=MAX_FRAME_SIZE,
             max_header_list_size=MAX_HEADER_LIST_SIZE,
-            encoder=CachingEncoder(),
-            decoder=CachingDecoder(MAX_HEADER_LIST_SIZE),
         )
         self.transport: asyncio.Transport | None = None
         self.calls: dict[int, _Call] = {}
@@ -198,7 +195,7 @@ class GrpcConnection(asyncio.Protocol):
             self.transport.close()
             return
         self.connections.add(self)
-        self.h2.initiate()
+        self.http2.initiate()
         self._flush()
         self._arm(min(self.limits.idle_timeout, self.limits.request_timeout))
         limits = self.limits
@@ -229,7 +226,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self.h2.receive(data)  # calls the on_* methods below, frame by frame
+            self.http2.receive(data)  # calls the on_* methods below, frame by frame
         except ProtocolError as e:
             # A GOAWAY saying why is queued; send it and close.
             log.info("closing a gRPC connection: %s (%s)", e, e.code.name)
@@ -295,7 +292,7 @@ class GrpcConnection(asyncio.Protocol):
         ):
             self.ping_sent = os.urandom(8)
             self.pings_without_data += 1
-            self.h2.send_ping(self.ping_sent)
+            self.http2.send_ping(self.ping_sent)
             self._flush()
             self.ping_deadline = self.loop.call_later(limits.keepalive_timeout / 1000, self._ping_unanswered)
             wait_ms = float(limits.keepalive_time)
@@ -361,7 +358,7 @@ class GrpcConnection(asyncio.Protocol):
     def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
         self.last_active = time.monotonic()
         if self.going_away:
-            self.h2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
+            self.http2.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
             return
         path = method_name = b""
         content_type = encoding = timeout = None
@@ -406,9 +403,9 @@ class GrpcConnection(asyncio.Protocol):
             call.inbox = collections.deque()
             call.task = self.loop.create_task(self._run(call, self._streaming))
 
-    def on_data(self, stream_id: int, data: bytes, flow_controlled: int) -> None:
+    def on_data(self, stream_id: int, data: bytes, size: int) -> None:
+        """`size`: the bytes the frame took of the client's windows (its padding included)."""
         self.last_active = time.monotonic()
-        size = flow_controlled
         call = self.calls.get(stream_id)
         if call is None:  # answered already (a refused call), the rest of its request is dropped
             return
@@ -539,7 +536,7 @@ class GrpcConnection(asyncio.Protocol):
                     self.inbox_waiters.pop(call.id, None)
             message = inbox.popleft()
             if call.unacknowledged and len(inbox) < STREAM_INBOX // 2:
-                self.h2.open_window(call.id, call.unacknowledged)
+                self.http2.open_window(call.id, call.unacknowledged)
                 call.unacknowledged = 0
                 self._schedule_flush()
             if message is None:
@@ -575,7 +572,7 @@ class GrpcConnection(asyncio.Protocol):
         call.headers_sent = True
         self._answered()
         try:  # noqa: SIM105 (try is cheaper than contextlib.suppress on the hot path)
-            self.h2.send_headers(call.id, _RESPONSE_HEADERS)
+            self.http2.send_headers(call.id, _RESPONSE_HEADERS)
         except StreamClosed:
             pass  # reset or connection gone; the call is dropped below
         self._schedule_flush()
@@ -586,7 +583,7 @@ class GrpcConnection(asyncio.Protocol):
         Each frame takes its slice of the payload: a large answer is not first copied whole behind its prefix.
         """
         self._answered()
-        h2c = self.h2
+        http2 = self.http2
         prefix = message_prefix(len(payload))
         view = memoryview(payload)
         offset, total = 0, 5 + len(payload)  # offsets in the message with its prefix
@@ -597,7 +594,7 @@ class GrpcConnection(asyncio.Protocol):
                 await self.can_write.wait()
                 continue
             try:
-                window = h2c.window(call.id)
+                window = http2.window(call.id)
             except StreamClosed:
                 return
             if window <= 0:
@@ -605,14 +602,14 @@ class GrpcConnection(asyncio.Protocol):
                 self.window_waiters.append(waiter)
                 await waiter
                 continue
-            size = min(window, h2c.max_outbound_frame_size, total - offset)
+            size = min(window, http2.max_outbound_frame_size, total - offset)
             if offset < 5:  # the frame that carries (the rest of) the prefix
                 head = prefix[offset : offset + size]
                 chunk: bytes | memoryview = head + view[: size - len(head)]
             else:
                 chunk = view[offset - 5 : offset - 5 + size]
             try:
-                h2c.send_data(call.id, chunk)
+                http2.send_data(call.id, chunk)
             except StreamClosed:
                 return
             offset += size
@@ -628,9 +625,9 @@ class GrpcConnection(asyncio.Protocol):
             return
         try:
             trailers = _OK_TRAILERS if code is grpc.StatusCode.OK else status_trailers(code, message)
-            self.h2.send_headers(call.id, trailers, end_stream=True)
+            self.http2.send_headers(call.id, trailers, end_stream=True)
             if not call.remote_ended:  # answered before the client finished sending: it may stop now
-                self.h2.reset_stream(call.id, ErrorCode.NO_ERROR)
+                self.http2.reset_stream(call.id, ErrorCode.NO_ERROR)
         except StreamClosed:
             pass
         self._schedule_flush()
@@ -651,18 +648,18 @@ class GrpcConnection(asyncio.Protocol):
             *status_trailers(code, message),
         ]
         try:
-            self.h2.send_headers(stream_id, headers, end_stream=True)
+            self.http2.send_headers(stream_id, headers, end_stream=True)
             if reset:
-                self.h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
+                self.http2.reset_stream(stream_id, ErrorCode.NO_ERROR)
         except StreamClosed:
             pass
         self._schedule_flush()
 
     def _answer_http_error(self, stream_id: int, status: bytes, *, reset: bool) -> None:
         try:
-            self.h2.send_headers(stream_id, [(b":status", status)], end_stream=True)
+            self.http2.send_headers(stream_id, [(b":status", status)], end_stream=True)
             if reset:  # the client is still sending: it may stop now
-                self.h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
+                self.http2.reset_stream(stream_id, ErrorCode.NO_ERROR)
         except StreamClosed:
             pass
         self._schedule_flush()
@@ -671,7 +668,7 @@ class GrpcConnection(asyncio.Protocol):
         """The same for a call's own window: only a call that receives more than half of it ever needs an update."""
         call.received += size
         if call.received >= INITIAL_WINDOW // 2:
-            self.h2.open_window(call.id, call.received)
+            self.http2.open_window(call.id, call.received)
             call.received = 0
 
     def _forget(self, call: _Call) -> None:
@@ -703,7 +700,7 @@ class GrpcConnection(asyncio.Protocol):
     def _flush(self) -> None:
         """Write what is queued, once per loop turn however many calls answered in it."""
         self.flush_scheduled = False
-        data = self.h2.data_to_send()
+        data = self.http2.data_to_send()
         transport = self.transport
         if data and transport is not None and not transport.is_closing():
             transport.write(data)
@@ -720,7 +717,7 @@ class GrpcConnection(asyncio.Protocol):
         if self.going_away or self.transport is None or self.transport.is_closing():
             return
         self.going_away = True
-        self.h2.send_goaway(code, debug)
+        self.http2.send_goaway(code, debug)
         self._flush()
 
     async def drain(self, timeout: float) -> bool:
@@ -733,7 +730,7 @@ class GrpcConnection(asyncio.Protocol):
             return False
 
     def close(self) -> None:
-        self.h2.stopped = True  # the rest of what arrived is not parsed
+        self.http2.stopped = True  # the rest of what arrived is not parsed
         if self.transport is not None and not self.transport.is_closing():
             self._flush()
             self.transport.close()

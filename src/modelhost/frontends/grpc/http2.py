@@ -26,6 +26,8 @@ from typing import Protocol
 
 import hpack
 
+from modelhost.frontends.grpc.hpack_cache import CachingDecoder, CachingEncoder
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 # Frame types.
@@ -89,7 +91,8 @@ class Events(Protocol):
 
     def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None: ...
 
-    def on_data(self, stream_id: int, data: bytes, flow_controlled: int) -> None: ...
+    def on_data(self, stream_id: int, data: bytes, size: int) -> None:
+        """`size`: what the frame took of the windows, its padding included."""
 
     def on_end(self, stream_id: int) -> None: ...
 
@@ -130,8 +133,6 @@ class Http2Server:
         initial_window: int,
         max_frame_size: int,
         max_header_list_size: int,
-        encoder: hpack.Encoder,
-        decoder: hpack.Decoder,
     ) -> None:
         self.events = events
         self.max_concurrent_streams = max_concurrent_streams
@@ -140,8 +141,8 @@ class Http2Server:
         self.max_header_list_size = max_header_list_size
         # A header block's encoded bytes, across its CONTINUATIONs: Huffman codes take at most ~4x the text.
         self.max_header_block = 4 * max_header_list_size
-        self.encoder = encoder
-        self.decoder = decoder
+        self.encoder = CachingEncoder()
+        self.decoder = CachingDecoder(max_header_list_size)
         self.streams: dict[int, _Stream] = {}
         self.highest_inbound_stream_id = 0
         self.out = bytearray()
@@ -241,14 +242,6 @@ class Http2Server:
             self.send_goaway(e.code, str(e).encode()[:256])
             self.stopped = True
             raise
-        except hpack.OversizedHeaderListError as e:
-            self.send_goaway(ErrorCode.ENHANCE_YOUR_CALM, b"oversized header block")
-            self.stopped = True
-            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, f"oversized header block: {e}") from None
-        except hpack.HPACKError as e:
-            self.send_goaway(ErrorCode.COMPRESSION_ERROR, b"")
-            self.stopped = True
-            raise ProtocolError(ErrorCode.COMPRESSION_ERROR, f"invalid header block: {e}") from None
         if pos < end:
             self.pending = data[pos:]
 
@@ -315,7 +308,12 @@ class Http2Server:
 
     def _header_block(self, stream_id: int, end_stream: bool, block: bytes) -> None:
         # Decoded whatever becomes of the stream: the dynamic table must follow the client's.
-        headers: list[tuple[bytes, bytes]] = self.decoder.decode(block, raw=True)  # type: ignore[assignment]
+        try:
+            headers: list[tuple[bytes, bytes]] = self.decoder.decode(block, raw=True)  # type: ignore[assignment]
+        except hpack.OversizedHeaderListError as e:
+            raise ProtocolError(ErrorCode.ENHANCE_YOUR_CALM, f"oversized header block: {e}") from None
+        except hpack.HPACKError as e:
+            raise ProtocolError(ErrorCode.COMPRESSION_ERROR, f"invalid header block: {e}") from None
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers
             if stream.remote_ended:
