@@ -10,7 +10,9 @@ reverse proxy's path prefix; it asks nothing of the server but its API. Screensh
 
 from __future__ import annotations
 
+import http.client
 import http.server
+import json
 import os
 import re
 import shutil
@@ -60,7 +62,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(
+    repository: Path, tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
+    """One per frontend mode (`frontend_processes` sets the mode running_server starts in)."""
     log = tmp_path_factory.mktemp("console_log") / "server.log"
     with running_server(
         [repository],
@@ -400,9 +405,15 @@ def test_the_compatibility_page_and_the_assets(server: RunningServer) -> None:
     ],
 )
 def test_bad_console_requests(server: RunningServer, method: str, path: str, status: int) -> None:
-    answer = requests.request(method, f"http://127.0.0.1:{server.http_port}{path}", timeout=30)
-    assert answer.status_code == status
-    assert "error" in answer.json()
+    # http.client sends the path as it is (requests would resolve the "../" before sending it).
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    try:
+        connection.request(method, path)
+        answer = connection.getresponse()
+        assert answer.status == status
+        assert "error" in json.loads(answer.read())
+    finally:
+        connection.close()
     # The console is there: the answer above is its own.
     assert requests.get(f"http://127.0.0.1:{server.http_port}/console/assets/console.js", timeout=30).ok
     assert requests.get(f"http://127.0.0.1:{server.http_port}/v2/health/ready", timeout=30).status_code == 200

@@ -59,5 +59,18 @@ def test_an_idle_model_is_unloaded_and_comes_back_on_demand(server: RunningServe
         time.sleep(0.2)
     assert _ready(server) == {"identity_fp32"}  # the pinned model stays
     assert f"unloading 'simple': no request for {IDLE_S:g} s (--model-idle-unload-secs)" in server.log()
+    assert _evicted(server)["simple"].endswith(f"unloaded after {IDLE_S:g} s idle (--model-idle-unload-secs)")
     assert _infer_simple(server) == 200
     assert "simple" in _ready(server)
+    # Back on demand: the note is gone, and it stays gone when the model is later unloaded for another reason.
+    assert "simple" not in _evicted(server)
+    url = f"http://127.0.0.1:{server.http_port}/v2/repository/models/simple/unload"
+    assert requests.post(url, timeout=30).status_code == 200
+    assert "simple" not in _evicted(server)
+
+
+def _evicted(server: RunningServer) -> dict[str, str]:
+    """The repository index's `evicted` notes, by model."""
+    url = f"http://127.0.0.1:{server.http_port}/v2/repository/index"
+    rows = requests.post(url, timeout=10).json()
+    return {row["name"]: row["evicted"] for row in rows if "evicted" in row}

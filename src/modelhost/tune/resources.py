@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-import psutil
+from modelhost.host.process_tree import TreeUsage, tree_usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,32 +67,16 @@ class UsageMeter:
         self._cpu0 = 0.0
         self._t0 = 0.0
 
-    def _tree(self) -> list[psutil.Process]:
-        if self.pid is None:
-            return []
-        try:
-            root = psutil.Process(self.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return []
+    def _usage(self) -> TreeUsage | None:
+        return tree_usage(self.pid) if self.pid is not None else None
 
     def _cpu_seconds(self) -> float:
-        total = 0.0
-        for process in self._tree():
-            with contextlib.suppress(psutil.Error):
-                times = process.cpu_times()
-                total += times.user + times.system
-        return total
+        usage = self._usage()
+        return usage.cpu_seconds if usage is not None else 0.0
 
     def _rss_mb(self) -> float | None:
-        tree = self._tree()
-        if not tree:
-            return None
-        total = 0
-        for process in tree:
-            with contextlib.suppress(psutil.Error):
-                total += process.memory_info().rss
-        return total / 2**20
+        usage = self._usage()
+        return usage.rss_bytes / 2**20 if usage is not None else None
 
     def start(self) -> None:
         self._cpu0 = self._cpu_seconds()

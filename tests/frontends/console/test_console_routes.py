@@ -71,6 +71,9 @@ def test_the_console_category_restricts_page_and_assets() -> None:
         assert answer.status == 403
         assert orjson.loads(answer.body) == {"error": "This API is restricted, expecting header 'k'"}
     assert _get(routes, "/", headers={"k": "v"}).status == 200
+    # Without the console its paths are unknown, restricted category or not.
+    off = HttpRoutes(FakeEngine(), 1 << 20, {"console": ("k", "v")})
+    assert _get(off, "/").status == 404 and _get(off, "/console/assets/console.js").status == 404
 
 
 @pytest.mark.parametrize(

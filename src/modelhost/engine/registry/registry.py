@@ -242,7 +242,6 @@ class ModelRegistry:
             await self._load(name, self.scan(), override)
             if name in self.models:
                 self.models[name].for_ensemble = False  # asked for by name
-                self.models[name].evicted = ""
         await self._reload_orphans()
 
     async def unload(self, name: str, *, composing: bool = False) -> None:
@@ -261,7 +260,6 @@ class ModelRegistry:
         async with self._lock(name):
             entry = self.models.get(name)
             if entry is not None:
-                entry.evicted = ""  # unloaded on request now
                 if entry.config is not None and is_ensemble(entry.config):
                     steps = list(dict.fromkeys(s.model_name for s in entry.config.ensemble_scheduling.step))
                 self._unload(entry)
@@ -394,6 +392,7 @@ class ModelRegistry:
         if self._started is not None:
             self._started.add(name)
         entry = self.models.setdefault(name, ModelEntry(name))
+        entry.evicted = ""  # loaded again (by name, on demand, by a poll): whatever unloaded it is past
         dirs = scanned.get(name, [])
         holder: tempfile.TemporaryDirectory[str] | None = None
         try:
@@ -843,16 +842,17 @@ class ModelRegistry:
                 besides,
                 budget,
             )
-            victim.evicted = (
-                f"{_now_utc()}: unloaded to make room for '{besides}' under --model-memory-budget"
+            await self._unload_now(
+                victim.name,
+                evicted=f"{_now_utc()}: unloaded to make room for '{besides}' under --model-memory-budget",
             )
-            await self._unload_now(victim.name)
 
-    async def _unload_now(self, name: str) -> None:
-        """Unload a model and wait until its versions are closed (their memory given back)."""
+    async def _unload_now(self, name: str, *, evicted: str) -> None:
+        """Unload a model the server evicts on its own, saying why (`evicted`), and wait until its versions are
+        closed (their memory given back)."""
         async with self._lock(name):
             entry = self.models.get(name)
-            task = self._unload(entry) if entry is not None else None
+            task = self._unload(entry, evicted=evicted) if entry is not None else None
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
 
@@ -868,8 +868,9 @@ class ModelRegistry:
             entry = self.models.get(name)
             if entry is not None and self._unloadable(entry, ""):
                 log.info("unloading '%s': no request for %g s (--model-idle-unload-secs)", name, idle_s)
-                entry.evicted = f"{_now_utc()}: unloaded after {idle_s:g} s idle (--model-idle-unload-secs)"
-                await self._unload_now(name)
+                await self._unload_now(
+                    name, evicted=f"{_now_utc()}: unloaded after {idle_s:g} s idle (--model-idle-unload-secs)"
+                )
         return idle
 
     async def unload_idle_forever(self, idle_s: float) -> None:
@@ -1022,8 +1023,10 @@ class ModelRegistry:
 
     # -- unloading ---------------------------------------------------------------------------------------------
 
-    def _unload(self, entry: ModelEntry) -> asyncio.Task[None] | None:
-        """Stop serving every version of a model; the task that closes them (None: nothing to close)."""
+    def _unload(self, entry: ModelEntry, *, evicted: str = "") -> asyncio.Task[None] | None:
+        """Stop serving every version of a model; the task that closes them (None: nothing to close).
+        `evicted`: why the server unloaded it on its own (the index's note); any other unload clears the note."""
+        entry.evicted = evicted
         retired: list[LoadedModel] = []
         for ventry in entry.versions.values():
             if ventry.state == ModelState.READY and ventry.model is not None:

@@ -52,7 +52,7 @@ def index_rows(
             if ventry.model is not None and with_memory:
                 # Only under a budget: rows stay exactly Triton's otherwise (clients compare them whole).
                 row["memory_bytes"] = ventry.model.stats.memory_bytes
-            if entry.evicted and ventry.model is None:
+            if entry.evicted:
                 # Only after the server unloaded a model on its own, which needs one of modelhost's flags.
                 row["evicted"] = entry.evicted
             rows.append(row)

@@ -21,6 +21,8 @@ from tritonclient.grpc.model_config_pb2 import ModelInstanceGroup
 from modelhost.engine_api import EngineAPI
 from modelhost.errors import ModelhostError
 from modelhost.frontends.console.settings import ConsoleSettings
+from modelhost.host.devices import cpu_count
+from modelhost.host.process_tree import tree_usage
 from modelhost.repository.mirror import human_size
 
 # The model table's columns, in order: (key in console.js, heading).
@@ -120,27 +122,6 @@ async def model_rows(engine: EngineAPI, refused: dict[str, str]) -> list[ModelRo
     return rows
 
 
-def _process_tree(pid: int) -> tuple[float, int, float]:
-    """(start time, resident bytes, CPU seconds) of the engine process and its children (python stubs,
-    frontend processes)."""
-    import psutil  # only when the page is asked for: a server nobody looks at does not load it
-
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-        rss = cpu = 0.0
-        for p in processes:
-            try:
-                rss += p.memory_info().rss
-                times = p.cpu_times()
-                cpu += times.user + times.system
-            except psutil.Error:
-                continue
-        return root.create_time(), int(rss), cpu
-    except psutil.Error:
-        return time.time(), 0, 0.0
-
-
 def _readiness(ready: bool | None) -> str:
     """None: the request may not read the health API (--http-restricted-api)."""
     return "restricted" if ready is None else "ready" if ready else "not ready"
@@ -163,7 +144,10 @@ async def server_facts(
     ready = None if "health" in refused else await engine.is_ready()
     import psutil
 
-    started, rss, cpu_s = await asyncio.to_thread(_process_tree, settings.engine_pid or os.getpid())
+    usage = await asyncio.to_thread(tree_usage, settings.engine_pid or os.getpid())
+    started, rss, cpu_s = (
+        (usage.started, usage.rss_bytes, usage.cpu_seconds) if usage else (time.time(), 0, 0.0)
+    )
     memory = psutil.virtual_memory()
     return {
         "name": metadata.get("name", ""),
@@ -177,7 +161,7 @@ async def server_facts(
         "memory_budget": settings.memory_budget,
         "rss_bytes": rss,
         "cpu_seconds": round(cpu_s, 2),
-        "cores": psutil.cpu_count() or 1,
+        "cores": cpu_count(),  # what the server may use (affinity, a container's quota), as the load is read
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "machine_memory": [memory.total - memory.available, memory.total],
     }

@@ -120,14 +120,18 @@ class HttpRoutes:
     async def __call__(self, request: HttpRequest) -> HttpResponse:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("HTTP request: %s %s", request.method, request.path)  # Triton's verbose line
-        if self.restrictions and (
-            refused := restricted(self.restrictions, category_of(request.path), request)
-        ):
+        if self.restrictions and (refused := self._refused(request)):
             return refused  # before anything else, as Triton: the method and the body are not looked at
         try:
             return await self._route(request)
         except ModelhostError as e:
             return failure_response(request.method, request.path, e)
+
+    def _refused(self, request: HttpRequest) -> HttpResponse | None:
+        category = category_of(request.path)
+        if category == "console" and self.console is None:
+            return None  # no console: its paths are unknown paths (404), whatever restricts the category
+        return restricted(self.restrictions, category, request)
 
     async def _route(self, request: HttpRequest) -> HttpResponse:
         if request.too_large:

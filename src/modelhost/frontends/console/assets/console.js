@@ -19,10 +19,13 @@
   ]);
   // Maps keyed by a number (written bare, not quoted).
   const NUMBER_KEYED = new Set(["priority_queue_policy"]);
+  // Refreshes between two fetches of every READY version's configuration (one refresh every 2 s: 30 s).
+  const CONFIG_REFETCH = 15;
 
   const state = {
     index: [], // the repository index rows
     configs: new Map(), // "name/version" -> configuration JSON (of a READY version)
+    polls: 0, // refreshes so far
     history: new Map(), // "name/version" -> {t, rps, fps, p50, p99, queue, compute}
     previous: new Map(), // "name/version" -> [time, statistics] of the last poll
     batches: new Map(), // "name/version" -> [[batch size, executions], ...]
@@ -213,7 +216,10 @@
       const old = before.inference_stats;
       const succeeded = inf.success.count - old.success.count;
       const failed = inf.fail.count - old.fail.count;
-      if (succeeded < 0 || failed < 0) continue; // reloaded: the counts started again
+      if (succeeded < 0 || failed < 0) {
+        state.configs.delete(k); // reloaded: the counts started again, and its configuration may have changed
+        continue;
+      }
       const queued = inf.queue.count - old.queue.count;
       const computeNs =
         inf.compute_input.ns + inf.compute_infer.ns + inf.compute_output.ns -
@@ -478,6 +484,9 @@
     ]);
     state.ready = ready;
     if (index) state.index = index;
+    // A model reloaded elsewhere (another client, a poll of the repository) keeps its READY row, so nothing in
+    // the index says its configuration changed: the configurations are fetched afresh every CONFIG_REFETCH polls.
+    if (++state.polls % CONFIG_REFETCH === 0) state.configs.clear();
     const wanted = state.index.filter((row) => row.state === "READY" && !state.configs.has(key(row.name, row.version)));
     await Promise.all(wanted.map((row) =>
       api("GET", `v2/models/${enc(row.name)}/versions/${enc(row.version)}/config`)
