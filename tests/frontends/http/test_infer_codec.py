@@ -53,6 +53,66 @@ def test_binary_tensors_follow_the_json_header() -> None:
         decode_json_request("m", "", header, memoryview(b"\0" * 16))
 
 
+def test_a_repeated_header_is_decoded_afresh_for_each_request() -> None:
+    """The header's decoded form is kept: each request still gets its own tensors, objects and checks."""
+    header = doc(
+        parameters={"custom": 1},
+        inputs=[
+            {"name": "X", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}},
+            {"name": "J", "datatype": "INT32", "shape": [2], "data": [5, 6]},
+            {"name": "B", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 7}},
+        ],
+        outputs=[{"name": "Y", "parameters": {"binary_data": True}}],
+    )
+    words = struct.pack("<I", 3) + b"abc"
+    first = decode_json_request("repeat", "", header, memoryview(struct.pack("<2f", 1, 2) + words)).request
+    second = decode_json_request("repeat", "", header, memoryview(struct.pack("<2f", 3, 4) + words)).request
+    assert first.inputs[0].data.tolist() == [1.0, 2.0] and second.inputs[0].data.tolist() == [3.0, 4.0]
+    assert second.inputs[2].data.tolist() == [b"abc"]
+    # What one request's handling changes is not seen by the next one with the same header.
+    first.parameters["added"] = True
+    first.inputs[0].shape.append(9)
+    first.inputs[1].data[0] = 0
+    first.outputs[0].parameters["x"] = 1
+    third = decode_json_request("repeat", "", header, memoryview(struct.pack("<2f", 5, 6) + words)).request
+    assert third.parameters == {"custom": 1} and third.inputs[0].shape == [2]
+    assert third.inputs[1].data.tolist() == [5, 6] and third.outputs[0].parameters == {}
+    # The binary part is checked on every request, and BYTES elements are split anew.
+    with pytest.raises(InvalidArgument, match="expecting 4 additional bytes"):
+        decode_json_request("repeat", "", header, memoryview(struct.pack("<2f", 1, 2) + words[:3]))
+    with pytest.raises(InvalidArgument, match="unexpected additional input data"):
+        decode_json_request("repeat", "", header, memoryview(struct.pack("<2f", 1, 2) + words + b"!"))
+    with pytest.raises(InvalidArgument, match="B"):
+        decode_json_request(
+            "repeat", "", header, memoryview(struct.pack("<2f", 1, 2) + struct.pack("<I", 9) + b"abc")
+        )
+    # A header whose sizes contradict its shape is refused each time, not only when first seen.
+    wrong = doc(
+        inputs=[{"name": "X", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 4}}]
+    )
+    for _ in range(2):
+        with pytest.raises(InvalidArgument, match="X"):
+            decode_json_request("repeat", "", wrong, memoryview(b"\0" * 4))
+    # Another model with the same header has its own name in its errors.
+    with pytest.raises(InvalidArgument, match="model 'other'"):
+        decode_json_request("other", "", header, memoryview(b""))
+
+
+def test_kept_headers_are_bounded() -> None:
+    from modelhost.frontends.http import infer_codec
+
+    for i in range(infer_codec._PLAN_COUNT * 2 + 5):
+        body = doc(id=str(i), inputs=[{"name": "X", "datatype": "INT32", "shape": [1], "data": [i]}])
+        assert decode_json_request("bounded", "", body, None).request.inputs[0].data.tolist() == [i]
+        assert len(infer_codec._plans) <= infer_codec._PLAN_COUNT
+    large = doc(
+        id="x" * infer_codec._PLAN_HEADER_BYTES,
+        inputs=[{"name": "X", "datatype": "INT32", "shape": [1], "data": [1]}],
+    )
+    decode_json_request("bounded", "", large, None)
+    assert all(len(key[2]) <= infer_codec._PLAN_HEADER_BYTES for key in infer_codec._plans)
+
+
 def test_shared_memory_tensors_are_windows_for_the_engine() -> None:
     body = doc(
         inputs=[

@@ -34,6 +34,7 @@ SMALL_BLOCK = 64 * 1024  # blocks up to this size are kept by size for reuse
 # The size class of a small block of n cache lines (index n - 1): the next power of two.
 _SMALL_SIZES = [1 << max(6, (n * 64 - 1).bit_length()) for n in range(1, SMALL_BLOCK // 64 + 1)]
 SHM_DIR = "/dev/shm"
+RECEIVE_BUFFER = 1 << 20  # what the stub reads at most in one system call
 
 # KServe datatype <-> numpy dtype (BYTES: object arrays of bytes, BF16: raw uint16 words).
 DTYPES = WIRE_TO_NUMPY
@@ -336,7 +337,7 @@ class FrameReader:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes | memoryview) -> list[dict[str, Any]]:
         self._buffer += data
         messages: list[dict[str, Any]] = []
         buffer = self._buffer
@@ -360,6 +361,10 @@ class BlockingChannel:
         self.sock = sock
         self._send_lock = threading.Lock()
         self._reader = FrameReader()
+        # One buffer for every read: `recv(1 << 20)` allocates (and maps) a fresh megabyte per call, which cost
+        # about 25 us a read, two thirds of an identity model's stub under load (benchmarks/README.md).
+        self._received = bytearray(RECEIVE_BUFFER)
+        self._received_view = memoryview(self._received)
 
     def send(self, message: dict[str, Any]) -> None:
         data = encode(message)
@@ -368,7 +373,7 @@ class BlockingChannel:
 
     def receive_once(self) -> list[dict[str, Any]] | None:
         """What one read brings (maybe no whole message yet); None once the other side has closed."""
-        data = self.sock.recv(1 << 20)
-        if not data:
+        size = self.sock.recv_into(self._received)
+        if not size:
             return None
-        return self._reader.feed(data)
+        return self._reader.feed(self._received_view[:size])
