@@ -425,7 +425,7 @@ class PythonInstance:
         inputs = [put_tensor(stub.arena, name, array) for name, array in job.inputs.items()]
         parameters = (
             {}
-            if request is None
+            if request is None or not request.parameters  # most requests: none to look at
             else {
                 k: v
                 for k, v in request.parameters.items()
@@ -434,7 +434,12 @@ class PythonInstance:
         )
         # Triton hands every request its correlation id and flags, sequence model or not; they are not among
         # the request's parameters() there.
-        correlation_id, flags = job.sequence if job.sequence is not None else sequence_params(request)
+        if job.sequence is not None:
+            correlation_id, flags = job.sequence
+        elif request is None or not request.parameters:
+            correlation_id, flags = 0, 0
+        else:
+            correlation_id, flags = sequence_params(request)
         trace = None if request is None else request.trace
         if trace is not None:  # its BLS requests are traced as its children while it runs
             self.calls.traces[trace.id] = trace

@@ -503,6 +503,18 @@ class Tensor:
         self._device_id = 0
 
     @classmethod
+    def _in_place(cls, name: str, array: npt.NDArray[Any]) -> Tensor:
+        """A tensor the stub makes over shared memory (a named, contiguous array of a known type): the
+        constructor's checks, without their cost on every input of every request."""
+        tensor = cls.__new__(cls)
+        tensor._dtype = _tensor_dtype(array.dtype)
+        tensor._name = name
+        tensor._array = array
+        tensor._device = None
+        tensor._device_id = 0
+        return tensor
+
+    @classmethod
     def _on_gpu(cls, name: str, device_tensor: Any) -> Tensor:
         """A tensor over a framework's CUDA tensor (gpu_tensors.hold gives one)."""
         if name == "":
@@ -714,6 +726,12 @@ def _utf8(value: bytes, argument: str) -> str:
         raise TypeError(f"InferenceRequest(): {argument} given as bytes must be UTF-8") from None
 
 
+
+# Shared by every request the server sends (one per request cost a few microseconds each, per request): where a
+# server request "prefers" its outputs is never asked, and an untraced trace holds nothing that changes.
+_SERVER_PREFERRED_MEMORY = PreferredMemory(_MEMORY_DEFAULT, 0)
+_UNTRACED = InferenceTrace()
+
 class InferenceRequest:
     """A request: given to `execute` by the server, or built by the model for BLS with
     `InferenceRequest(model_name=..., requested_output_names=[...], inputs=[...], ...)`.
@@ -867,8 +885,8 @@ class InferenceRequest:
             model_version=model_version,
             flags=flags,
             timeout=timeout,
-            preferred_memory=PreferredMemory(_MEMORY_DEFAULT, 0),
-            trace=InferenceTrace(trace_context, trace_id),
+            preferred_memory=_SERVER_PREFERRED_MEMORY,
+            trace=_UNTRACED if trace_context is None and not trace_id else InferenceTrace(trace_context, trace_id),
             parameters_json=parameters_json or "{}",
             decoupled=decoupled,
         )
@@ -985,7 +1003,10 @@ class InferenceResponse:
     ) -> None:
         if output_tensors is None:
             output_tensors = []
-        if isinstance(output_tensors, str | bytes) or not isinstance(output_tensors, Sequence):
+        # A list, as nearly every model passes, spares the (slow) abstract Sequence check.
+        if type(output_tensors) is not list and (
+            isinstance(output_tensors, str | bytes) or not isinstance(output_tensors, Sequence)
+        ):
             raise TypeError(
                 f"InferenceResponse(): output_tensors must be a list of pb_utils.Tensor, not "
                 f"{type(output_tensors).__name__}"
@@ -1002,7 +1023,7 @@ class InferenceResponse:
             )
         self._output_tensors = list(output_tensors)
         self._error = error
-        self._parameters = _parameters_json(parameters)
+        self._parameters = "{}" if parameters is None else _parameters_json(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         return self._output_tensors

@@ -420,7 +420,8 @@ class Stub:
         refs = as_refs(data["inputs"])
         self._inputs[data["key"]] = refs
         if self.input_device is None:
-            tensors = [pb_utils.Tensor(ref.name, view_tensor(self.segments, ref)) for ref in refs]
+            segments = self.segments
+            tensors = [pb_utils.Tensor._in_place(ref[0], view_tensor(segments, ref)) for ref in refs]
         else:
             device = self.input_device
             tensors = [
@@ -443,8 +444,10 @@ class Stub:
         )
 
     def _release_inputs(self, key: int) -> None:
-        for ref in self._inputs.pop(key, ()):
-            self.release_server_block(ref.segment, ref.offset)
+        refs = self._inputs.pop(key, None)
+        if refs:
+            with self._frees_lock:
+                self._frees.extend((ref.segment, ref.offset) for ref in refs)
 
     def _responses(
         self, requests: list[pb_utils.InferenceRequest], keys: list[int], returned: Any, rescheduled: set[int]

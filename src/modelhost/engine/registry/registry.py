@@ -1092,9 +1092,15 @@ class ModelRegistry:
                     f"Request for unknown model: '{name}' version {version} is not at ready state"
                 )
             return ventry.model
-        for ventry in sorted(entry.versions.values(), key=lambda v: v.version, reverse=True):
+        versions = entry.versions
+        if len(versions) == 1:  # most models: no order to find
+            (ventry,) = versions.values()
             if ventry.state == ModelState.READY and ventry.model is not None:
                 return ventry.model
+        else:
+            for ventry in sorted(versions.values(), key=lambda v: v.version, reverse=True):
+                if ventry.state == ModelState.READY and ventry.model is not None:
+                    return ventry.model
         raise NotFound(f"Request for unknown model: '{name}' has no available versions")
 
     def ready_versions(self, name: str) -> list[str]:

@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,18 +192,38 @@ class DynamicBatcher:
 
     # -- batch forming -------------------------------------------------------------------------------------
 
-    def _candidates(self) -> list[Pending]:
-        """Queued requests in the order they may be batched: by level, oldest first; delayed ones last."""
-        ordered: list[Pending] = []
+    def _candidates(self) -> Iterator[Pending]:
+        """Queued requests in the order they may be batched: by level, oldest first; delayed ones last. Lazily:
+        a batch takes a few from the head of a queue that may hold many (64 clients, batches of 8)."""
         for level in self.levels.values():
-            while level.queue and level.queue[0].removed:
-                level.queue.popleft()
-            ordered.extend(p for p in level.queue if not p.removed and not p.expired)
+            queue = level.queue
+            while queue and queue[0].removed:
+                queue.popleft()
+            for pending in queue:
+                if not pending.removed and not pending.expired:
+                    yield pending
         for level in self.levels.values():
-            while level.delayed and level.delayed[0].removed:
-                level.delayed.popleft()
-            ordered.extend(p for p in level.delayed if not p.removed)
-        return ordered
+            delayed = level.delayed
+            while delayed and delayed[0].removed:
+                delayed.popleft()
+            for pending in delayed:
+                if not pending.removed:
+                    yield pending
+
+    def _oldest_enqueued_ns(self) -> int | None:
+        """When the request that has waited longest arrived. A level's queue is in arrival order, so its first
+        waiting request is its oldest; the delayed ones (expired, DELAY policy) are few, and looked at whole."""
+        oldest: int | None = None
+        for level in self.levels.values():
+            for pending in level.queue:
+                if not pending.removed and not pending.expired:
+                    if oldest is None or pending.enqueued_ns < oldest:
+                        oldest = pending.enqueued_ns
+                    break
+            for pending in level.delayed:
+                if not pending.removed and (oldest is None or pending.enqueued_ns < oldest):
+                    oldest = pending.enqueued_ns
+        return oldest
 
     def _form(self, force: bool) -> list[Pending] | None:
         """The batch to send now, or None to wait for more requests (`force`: the oldest has waited the delay).
@@ -213,16 +235,19 @@ class DynamicBatcher:
         largest preferred size, else a batch that has reached the largest preferred size (a single request may
         be larger) or that was ended so."""
         candidates = self._candidates()
-        if not candidates:
+        head = next(candidates, None)
+        if head is None:
             return None
-        if self.delay_ns and time.perf_counter_ns() - min(p.enqueued_ns for p in candidates) >= self.delay_ns:
-            force = True  # as Triton: past the delay, what is pending goes whole, not cut at a preferred size
-        head = candidates[0]
+        if self.delay_ns:
+            oldest = self._oldest_enqueued_ns()
+            # As Triton: past the delay, what is pending goes whole, not cut at a preferred size.
+            if oldest is not None and time.perf_counter_ns() - oldest >= self.delay_ns:
+                force = True
         batch: list[Pending] = []
         rows = 0
         at_once = 0  # length of the prefix to send at once (0: none)
         ended = False  # the next request cannot join: the batch can grow no further
-        for pending in candidates:
+        for pending in itertools.chain((head,), candidates):
             size = pending.job.batch_size
             if batch:
                 if rows + size > self.max_preferred and not at_once:
@@ -243,10 +268,8 @@ class DynamicBatcher:
         return None  # wait for more, until the oldest request has waited max_queue_delay
 
     def _oldest_wait_deadline(self) -> int:
-        candidates = self._candidates()
-        if not candidates:
-            return 0
-        return min(p.enqueued_ns for p in candidates) + self.delay_ns
+        oldest = self._oldest_enqueued_ns()
+        return 0 if oldest is None else oldest + self.delay_ns
 
     async def _next_batch(self) -> list[Pending]:
         while True:
