@@ -8,18 +8,28 @@ so that two builds can be compared on a noisy machine by CPU rather than by rate
 REPO: e.g. the python identity repository `run_load.py --python-backend` builds (reference_repo.py). It prints
 requests per second, the engine process's CPU per request and its children's (the python stubs).
 `--profile FILE` writes a cProfile of the measured part.
+
+`--count-bytecodes N` instead counts the Python bytecodes the engine process runs per request (sys.settrace with
+opcode events), and prints the N functions that run most. The count does not depend on the machine's speed or
+load, so it compares two builds where timings on a shared 2-core machine move by 20% from run to run; it leaves
+out what C code (numpy, the kernel) costs, so a change is judged on both.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import cProfile
 import json
 import os
 import resource
+import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import numpy as np
 import uvloop
@@ -50,7 +60,12 @@ def _request(model: str) -> HttpRequest:
     header = json.dumps(
         {
             "inputs": [
-                {"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "parameters": {"binary_data_size": 64}}
+                {
+                    "name": "INPUT0",
+                    "datatype": "FP32",
+                    "shape": [1, 16],
+                    "parameters": {"binary_data_size": 64},
+                }
             ],
             "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
         }
@@ -80,9 +95,17 @@ async def main(args: argparse.Namespace) -> None:
                 raise RuntimeError(answer.body)
 
     await asyncio.gather(*(client(200) for _ in range(args.concurrency)))  # warm up
+    if args.count_bytecodes:
+        await _count_bytecodes(client, args)
+        registry.close()
+        return
     for _ in range(args.repeats):
         profile = cProfile.Profile() if args.profile else None
-        usage, children, start = resource.getrusage(resource.RUSAGE_SELF), _children_cpu_s(), time.perf_counter()
+        usage, children, start = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            _children_cpu_s(),
+            time.perf_counter(),
+        )
         if profile is not None:
             profile.enable()
         await asyncio.gather(*(client(per_client) for _ in range(args.concurrency)))
@@ -102,8 +125,37 @@ async def main(args: argparse.Namespace) -> None:
     registry.close()
 
 
+async def _count_bytecodes(client: Callable[[int], Awaitable[None]], args: argparse.Namespace) -> None:
+    by_function: collections.Counter[str] = collections.Counter()
+
+    def on_call(frame: FrameType, event: str, arg: object) -> Any:
+        frame.f_trace_opcodes = True
+        return on_opcode
+
+    def on_opcode(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "opcode":
+            code = frame.f_code
+            by_function[
+                f"{code.co_filename.rsplit('/src/', 1)[-1]}:{code.co_name}:{code.co_firstlineno}"
+            ] += 1
+        return on_opcode
+
+    per_client = 20
+    sys.settrace(on_call)
+    try:
+        await asyncio.gather(*(client(per_client) for _ in range(args.concurrency)))
+    finally:
+        sys.settrace(None)
+    n = per_client * args.concurrency
+    print(f"{args.label}: {sum(by_function.values()) / n:.0f} bytecodes per request in the engine process")
+    for name, count in by_function.most_common(args.count_bytecodes):
+        print(f"  {count / n:7.1f}  {name}")
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repo", required=True)
     parser.add_argument("--model", default="identity")
     parser.add_argument("--concurrency", type=int, default=64)
@@ -111,4 +163,5 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--label", default="this build")
     parser.add_argument("--profile", default="")
+    parser.add_argument("--count-bytecodes", type=int, default=0, metavar="N")
     uvloop.run(main(parser.parse_args()))

@@ -77,6 +77,8 @@ def test_segments_are_removed_on_close() -> None:
         np.arange(12, dtype=np.float32).reshape(3, 4),
         np.array([[True, False]]),
         np.arange(6, dtype=np.int64)[::2],  # not contiguous
+        np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3)),  # contiguous, not in C order
+        np.array(2.5),  # no dimensions
         np.zeros((0, 4), dtype=np.float16),
         np.array([b"a", b"", "\u00e9".encode(), b"\x00\xff"], dtype=object).reshape(2, 2),
     ],
