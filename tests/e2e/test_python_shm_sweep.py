@@ -19,7 +19,8 @@ PYTHON_MODELS = Path(__file__).parent / "python_models"
 
 def test_a_killed_servers_shared_memory_is_swept_by_the_next(tmp_path: Path) -> None:
     repo = tmp_path / "models"
-    shutil.copytree(PYTHON_MODELS / "add_sub", repo / "add_sub", ignore=shutil.ignore_patterns("__pycache__"))
+    model = "identity_delay"
+    shutil.copytree(PYTHON_MODELS / model, repo / model, ignore=shutil.ignore_patterns("__pycache__"))
     prefix = f"mh_sweep_e2e_{os.getpid()}_"
     flag = f"--backend-config=python,shm-region-prefix-name={prefix}"
 
@@ -29,12 +30,10 @@ def test_a_killed_servers_shared_memory_is_swept_by_the_next(tmp_path: Path) -> 
     first = start_server([repo], tmp_path / "first.log", flag)
     try:
         client = httpclient.InferenceServerClient(first.http_url)
-        tensors = []
-        for name in ("INPUT0", "INPUT1"):
-            tensor = httpclient.InferInput(name, [1, 4], "FP32")
-            tensor.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
-            tensors.append(tensor)
-        client.infer("add_sub", tensors)
+        # Larger than ipc.INLINE_BYTES, so that it travels in shared memory rather than in the message.
+        tensor = httpclient.InferInput("INPUT0", [4096], "FP32")
+        tensor.set_data_from_numpy(np.ones(4096, dtype=np.float32))
+        client.infer(model, [tensor])
         client.close()
     finally:
         first.stop(signal.SIGKILL)

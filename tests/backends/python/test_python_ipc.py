@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from modelhost.backends.python.ipc import (
+    INLINE,
+    INLINE_BYTES,
     SHM_DIR,
     Arena,
     FrameReader,
@@ -21,6 +23,7 @@ from modelhost.backends.python.ipc import (
     encode,
     put_tensor,
     serialize_bytes,
+    shared_blocks,
     view_tensor,
 )
 
@@ -83,12 +86,27 @@ def test_segments_are_removed_on_close() -> None:
         np.array([b"a", b"", "\u00e9".encode(), b"\x00\xff"], dtype=object).reshape(2, 2),
     ],
 )
-def test_tensors_cross_through_shared_memory(arena: Arena, array: np.ndarray) -> None:
-    [ref] = as_refs([put_tensor(arena, "T", array)])  # as a message carries it: a plain tuple
+@pytest.mark.parametrize("repeat", [1, 200], ids=["in the message", "in shared memory"])
+def test_tensors_cross_through_shared_memory(arena: Arena, array: np.ndarray, repeat: int) -> None:
+    array = np.concatenate([array] * repeat) if array.ndim else array
+    message = encode({"inputs": [put_tensor(arena, "T", array)]})  # as a message carries it
+    [ref] = as_refs(FrameReader().feed(message)[0]["inputs"])
     segments = SegmentMap()
     back = view_tensor(segments, ref)
     assert back.shape == array.shape
     assert back.tolist() == array.tolist()
+    in_message = ref.offset == INLINE
+    # Small tensors travel in the message and take no shared memory, so there is no block to free.
+    assert in_message == (
+        array.nbytes <= INLINE_BYTES if array.dtype != object else ref.nbytes <= INLINE_BYTES
+    )
+    assert (arena.in_use() == 0) == in_message
+    assert shared_blocks([ref]) == ([] if in_message else [(ref.segment, ref.offset)])
+    if array.dtype != object and array.size:
+        # Writable, as a view of shared memory is, and the sender's array is not touched.
+        before = array.tolist()
+        back.reshape(-1)[0] = back.reshape(-1)[-1]
+        assert array.tolist() == before
     del back
     segments.close()
 

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from modelhost.backends.api import BackendServices
 from modelhost.backends.python import ipc
-from modelhost.backends.python.ipc import as_refs, put_tensor, view_tensor
+from modelhost.backends.python.ipc import as_refs, put_tensor, shared_blocks, view_tensor
 from modelhost.backends.python.process import Stub, StubFailed
 from modelhost.backends.sequence import SEQUENCE_END, SEQUENCE_START
 from modelhost.errors import (
@@ -137,7 +137,7 @@ class ModelCalls:
                 for ref in refs
             ]
         finally:
-            stub.frees.extend((ref.segment, ref.offset) for ref in refs)
+            stub.frees.extend(shared_blocks(refs))
         parameters = json.loads(message["parameters"] or "{}")
         if not isinstance(parameters, dict):
             raise InvalidArgument("BLS request parameters must be a JSON object")

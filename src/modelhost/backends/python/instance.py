@@ -476,8 +476,12 @@ class PythonInstance:
         arrays: Arrays = {}
         for ref in as_refs(response.get("outputs")):
             view = view_tensor(stub.segments, ref)
+            segment = ref.segment
+            if not isinstance(segment, str):  # in the message (ipc.INLINE): in memory of its own already
+                arrays[ref.name] = view
+                continue
             arrays[ref.name] = view if ref.datatype == "BYTES" else view.copy()
-            stub.frees.append((ref.segment, ref.offset))
+            stub.frees.append((segment, ref.offset))
         if len(stub.frees) >= FREES_PER_MESSAGE:
             # A long stream of responses and no request to carry the frees back: send them on their own, so the
             # stub's memory stays bounded.

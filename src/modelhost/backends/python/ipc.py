@@ -277,47 +277,69 @@ def _round_up(n: int, to: int) -> int:
 
 
 class TensorRef(NamedTuple):
-    """A tensor in the sender's shared memory. In messages it travels as a plain tuple (`put_tensor` gives
-    one); `as_refs` names the fields again on the receiving side."""
+    """A tensor in the sender's shared memory, or a small one in the message itself (`segment` then holds its
+    bytes, and `offset` is INLINE). In messages it travels as a plain tuple (`put_tensor` gives one); `as_refs`
+    names the fields again on the receiving side."""
 
     name: str
     datatype: str
     shape: tuple[int, ...]
-    segment: str
+    segment: str | bytes
     offset: int
     nbytes: int
 
 
 # TensorRef as a plain tuple, the form marshal carries.
-RawRef = tuple[str, str, tuple[int, ...], str, int, int]
+RawRef = tuple[str, str, tuple[int, ...], str | bytes, int, int]
+
+# Tensors up to this many bytes travel in the message: a block of shared memory costs an allocation, a free list
+# entry back and a second mapping lookup, more than copying a small tensor twice (benchmarks/README.md, issue 33).
+INLINE_BYTES = 1024
+INLINE = -1  # the offset of a tensor carried in the message
 
 
 def as_refs(raw: Any) -> list[TensorRef]:
     return [TensorRef._make(r) for r in raw or ()]
 
 
+def shared_blocks(refs: list[TensorRef]) -> list[tuple[str, int]]:
+    """The blocks of shared memory the tensors are in, for the sender to free (a tensor in the message has none)."""
+    return [(segment, ref.offset) for ref in refs if isinstance(segment := ref.segment, str)]
+
+
 def put_tensor(arena: Arena, name: str, array: npt.NDArray[Any], datatype: str | None = None) -> RawRef:
-    """Copy a tensor into the arena (one copy: no pickling of the data)."""
+    """Copy a tensor into the arena, or into the message when it is small (one copy: no pickling of the data)."""
     datatype = datatype or datatype_of(array)
     if datatype is None:
         raise TypeError(f"tensor '{name}' has an unsupported data type {array.dtype}")
     if datatype == "BYTES":
         data = serialize_bytes(array)
+        if len(data) <= INLINE_BYTES:
+            return (name, datatype, tuple(array.shape), data, INLINE, len(data))
         segment, offset = arena.alloc(len(data))
         arena.buffer(segment, offset, len(data))[:] = data
         return (name, datatype, tuple(array.shape), segment, offset, len(data))
     source = array if array.flags.c_contiguous else np.ascontiguousarray(array)
     nbytes = source.nbytes
+    if nbytes <= INLINE_BYTES:
+        return (name, datatype, array.shape, source.tobytes(), INLINE, nbytes)
     segment, offset = arena.alloc(nbytes)
-    if nbytes:
-        # Bytes onto bytes: a quarter of the cost of a numpy assignment through a view, for small tensors.
-        arena.buffer(segment, offset, nbytes)[:] = source.data.cast("B")
+    # Bytes onto bytes: a quarter of the cost of a numpy assignment through a view.
+    arena.buffer(segment, offset, nbytes)[:] = source.data.cast("B")
     return (name, datatype, array.shape, segment, offset, nbytes)
 
 
 def view_tensor(segments: SegmentMap, ref: TensorRef) -> npt.NDArray[Any]:
-    """The tensor in place (BYTES: decoded into a new object array)."""
-    buffer = segments.buffer(ref.segment, ref.offset, ref.nbytes)
+    """The tensor in place (BYTES: decoded into a new object array). One carried in the message is given in
+    memory of its own, writable as a tensor in shared memory is."""
+    segment = ref.segment
+    if ref.offset == INLINE:
+        assert isinstance(segment, bytes)
+        if ref.datatype == "BYTES":
+            return deserialize_bytes(segment, ref.shape)
+        return np.frombuffer(bytearray(segment), dtype=DTYPES[ref.datatype]).reshape(ref.shape)
+    assert isinstance(segment, str)
+    buffer = segments.buffer(segment, ref.offset, ref.nbytes)
     if ref.datatype == "BYTES":
         return deserialize_bytes(buffer, ref.shape)
     return np.frombuffer(buffer, dtype=DTYPES[ref.datatype]).reshape(ref.shape)

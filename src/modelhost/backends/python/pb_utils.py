@@ -726,11 +726,11 @@ def _utf8(value: bytes, argument: str) -> str:
         raise TypeError(f"InferenceRequest(): {argument} given as bytes must be UTF-8") from None
 
 
-
 # Shared by every request the server sends (one per request cost a few microseconds each, per request): where a
 # server request "prefers" its outputs is never asked, and an untraced trace holds nothing that changes.
 _SERVER_PREFERRED_MEMORY = PreferredMemory(_MEMORY_DEFAULT, 0)
 _UNTRACED = InferenceTrace()
+
 
 class InferenceRequest:
     """A request: given to `execute` by the server, or built by the model for BLS with
@@ -886,7 +886,9 @@ class InferenceRequest:
             flags=flags,
             timeout=timeout,
             preferred_memory=_SERVER_PREFERRED_MEMORY,
-            trace=_UNTRACED if trace_context is None and not trace_id else InferenceTrace(trace_context, trace_id),
+            trace=_UNTRACED
+            if trace_context is None and not trace_id
+            else InferenceTrace(trace_context, trace_id),
             parameters_json=parameters_json or "{}",
             decoupled=decoupled,
         )

@@ -36,9 +36,9 @@ from modelhost.backends.python.ipc import (
     Arena,
     BlockingChannel,
     SegmentMap,
-    TensorRef,
     as_refs,
     put_tensor,
+    shared_blocks,
     view_tensor,
 )
 
@@ -112,7 +112,7 @@ class Stub:
         self._async_waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[dict[str, Any]]]] = {}
         self._cancelled: set[int] = set()
         # Input blocks of requests still alive (decoupled ones outlive execute), by request key.
-        self._inputs: dict[int, list[TensorRef]] = {}
+        self._inputs: dict[int, list[tuple[str, int]]] = {}
         self._sent: dict[int, dict[str, Any] | None] = {}  # non-decoupled responses sent through a sender
         self._frees: list[tuple[str, int]] = []  # the server's blocks we are done with
         self._frees_lock = threading.Lock()
@@ -418,7 +418,7 @@ class Stub:
 
     def _request(self, data: dict[str, Any]) -> pb_utils.InferenceRequest:
         refs = as_refs(data["inputs"])
-        self._inputs[data["key"]] = refs
+        self._inputs[data["key"]] = shared_blocks(refs)
         if self.input_device is None:
             segments = self.segments
             tensors = [pb_utils.Tensor._in_place(ref[0], view_tensor(segments, ref)) for ref in refs]
@@ -444,10 +444,10 @@ class Stub:
         )
 
     def _release_inputs(self, key: int) -> None:
-        refs = self._inputs.pop(key, None)
-        if refs:
+        blocks = self._inputs.pop(key, None)
+        if blocks:
             with self._frees_lock:
-                self._frees.extend((ref.segment, ref.offset) for ref in refs)
+                self._frees.extend(blocks)
 
     def _responses(
         self, requests: list[pb_utils.InferenceRequest], keys: list[int], returned: Any, rescheduled: set[int]
@@ -601,8 +601,8 @@ class Stub:
                 else:
                     tensors.append(pb_utils.Tensor._to_gpu(ref.name, view, device))
         finally:
-            for ref in as_refs(reply.get("outputs")):
-                self.release_server_block(ref.segment, ref.offset)
+            for segment, offset in shared_blocks(as_refs(reply.get("outputs"))):
+                self.release_server_block(segment, offset)
         error = reply.get("error")
         if error is not None:
             message, code = error
