@@ -330,7 +330,8 @@ class Engine:
         if trace is not None:
             traced_from = self._trace_start(trace, model, request)
         self._in_flight += 1
-        self._drained.clear()
+        if self._in_flight == 1:  # the first in flight: not drained until the last one leaves
+            self._drained.clear()
         started = time.perf_counter_ns()
         try:
             response, timing = await model.infer(request)
@@ -453,7 +454,8 @@ class Engine:
         if trace is not None:  # a decoupled request: its start and end (no queue / compute breakdown)
             trace.stamp("REQUEST_START", self._trace_start(trace, model, request))
         self._in_flight += 1
-        self._drained.clear()
+        if self._in_flight == 1:  # the first in flight: not drained until the last one leaves
+            self._drained.clear()
         started = time.perf_counter_ns()
         try:
             async for response in model.infer_stream(request):
