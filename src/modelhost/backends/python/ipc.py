@@ -1,12 +1,12 @@
 """How the server and a python model's stub process talk: framed messages on a socket, tensors in shared memory.
 
 Messages are small dicts of plain values (marshal: several times faster than pickle, and it loads no classes),
-each framed by its 4-byte length, on a Unix socket pair. Tensor data never goes
-through the socket: the sender copies it into shared memory it owns (an `Arena` of segments in /dev/shm) and sends
-a `TensorRef` (name, datatype, shape, segment, offset, size); the receiver maps the segment and reads the tensor in
-place. The receiver tells the sender when a block may be reused (`free` lists that ride on later messages), so
-each side only ever allocates and frees in its own arena: no cross-process allocator, no locks shared between
-processes.
+each framed by its 4-byte length, on a Unix socket pair. Only small tensors (up to `INLINE_BYTES`) go through the
+socket, inside the message. The sender copies a larger one into shared memory it owns (an `Arena` of segments in
+/dev/shm) and sends a `TensorRef` (name, datatype, shape, segment, offset, size); the receiver maps the segment and
+reads the tensor in place. The receiver tells the sender when a block may be reused (`free` lists that ride on
+later messages), so each side only ever allocates and frees in its own arena: no cross-process allocator, no locks
+shared between processes.
 
 This module is imported by the stub process too: numpy, the standard library and modelhost.datatypes only.
 """

@@ -504,8 +504,9 @@ class Tensor:
 
     @classmethod
     def _in_place(cls, name: str, array: npt.NDArray[Any]) -> Tensor:
-        """A tensor the stub makes over shared memory (a named, contiguous array of a known type): the
-        constructor's checks, without their cost on every input of every request."""
+        """A tensor the stub makes of a request's input (a named, contiguous array of a known type, over shared
+        memory or a copy of its own): the constructor's checks, without their cost on every input of every
+        request."""
         tensor = cls.__new__(cls)
         tensor._dtype = _tensor_dtype(array.dtype)
         tensor._name = name

@@ -194,9 +194,10 @@ def _shm_window(params: dict[str, Any], tensor: str) -> ShmWindow:
 # most services send the same JSON header with every request, only the binary tensors after it change. Validating
 # a header cost more than the rest of decoding (benchmarks/README.md, issue 33). Headers are kept up to
 # `_PLAN_HEADER_BYTES` each, and `_PLAN_COUNT` of them: the cache is emptied when it is full, so a client that
-# never repeats a header costs one insertion per request and memory stays bounded.
+# never repeats a header costs one insertion per request and memory stays bounded (a few MiB at most: a header's
+# JSON data decoded is kept with it).
 _PLAN_HEADER_BYTES = 4096
-_PLAN_COUNT = 512
+_PLAN_COUNT = 256
 _plans: dict[tuple[str, str, bytes], _HeaderPlan] = {}
 
 
