@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import cProfile
 import json
 import os
 import resource
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import numpy as np
 import uvloop
+from bytecodes import BytecodeCount
 
 from modelhost.backends.api import BackendServices
 from modelhost.engine.engine import Engine
@@ -126,30 +123,11 @@ async def main(args: argparse.Namespace) -> None:
 
 
 async def _count_bytecodes(client: Callable[[int], Awaitable[None]], args: argparse.Namespace) -> None:
-    by_function: collections.Counter[str] = collections.Counter()
-
-    def on_call(frame: FrameType, event: str, arg: object) -> Any:
-        frame.f_trace_opcodes = True
-        return on_opcode
-
-    def on_opcode(frame: FrameType, event: str, arg: object) -> Any:
-        if event == "opcode":
-            code = frame.f_code
-            by_function[
-                f"{code.co_filename.rsplit('/src/', 1)[-1]}:{code.co_name}:{code.co_firstlineno}"
-            ] += 1
-        return on_opcode
-
     per_client = 20
-    sys.settrace(on_call)
-    try:
+    with BytecodeCount() as count:
         await asyncio.gather(*(client(per_client) for _ in range(args.concurrency)))
-    finally:
-        sys.settrace(None)
-    n = per_client * args.concurrency
-    print(f"{args.label}: {sum(by_function.values()) / n:.0f} bytecodes per request in the engine process")
-    for name, count in by_function.most_common(args.count_bytecodes):
-        print(f"  {count / n:7.1f}  {name}")
+    report = count.report(per_client * args.concurrency, args.count_bytecodes)
+    print(f"{args.label}, the engine process: {report}")
 
 
 if __name__ == "__main__":

@@ -13,32 +13,19 @@ handling of the execute message only: not the server's side of this harness, nor
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import socket
 import sys
 import time
-from types import FrameType
 from typing import Any
 
 import numpy as np
+from bytecodes import BytecodeCount
+from reference_repo import IDENTITY_PY
 
 from modelhost.backends.python import pb_utils
 from modelhost.backends.python.ipc import Arena, FrameReader, put_tensor
 from modelhost.backends.python.stub import Stub
-
-IDENTITY = """
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
-            )
-            for r in requests
-        ]
-"""
 
 
 class Exchange:
@@ -52,7 +39,7 @@ class Exchange:
         sys.modules["triton_python_backend_utils"] = pb_utils
         pb_utils._set_runtime(self.stub)
         namespace: dict[str, Any] = {}
-        exec(compile(IDENTITY, "model.py", "exec"), namespace)
+        exec(compile(IDENTITY_PY, "model.py", "exec"), namespace)
         self.stub.model = namespace["TritonPythonModel"]()
         self.stub.model_name = self.stub.instance_name = "identity"
         self.stub.initialized = True
@@ -76,15 +63,17 @@ class Exchange:
             message["free"], self.frees = self.frees, []
         return message
 
-    def run(self, tracer: Any = None) -> float:
-        """One execute: the stub's handling of it timed (and traced with `tracer`), then the reply read."""
+    def run(self, count: BytecodeCount | None = None) -> float:
+        """One execute: the stub's handling of it timed (and its bytecodes counted into `count`), then the
+        reply read."""
         message = self.message()
-        if tracer is not None:
-            sys.settrace(tracer)
         started = time.perf_counter()
-        self.stub.handle(message)
+        if count is None:
+            self.stub.handle(message)
+        else:
+            with count:
+                self.stub.handle(message)
         elapsed = time.perf_counter() - started
-        sys.settrace(None)
         try:
             while data := self.server_end.recv(1 << 20):
                 for reply in self.reader.feed(data):
@@ -113,27 +102,11 @@ def main() -> None:
         for _ in range(200):  # warm up, and reach the steady state of the blocks in use
             exchange.run()
         best = min(sum(exchange.run() for _ in range(400)) / 400 / args.batch for _ in range(7))
-        bytecodes: collections.Counter[str] = collections.Counter()
-
-        def on_call(frame: FrameType, event: str, arg: object) -> Any:
-            frame.f_trace_opcodes = True
-            return on_opcode
-
-        def on_opcode(frame: FrameType, event: str, arg: object) -> Any:
-            if event == "opcode":
-                code = frame.f_code
-                bytecodes[f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}:{code.co_firstlineno}"] += 1
-            return on_opcode
-
+        count = BytecodeCount()
         for _ in range(50):
-            exchange.run(on_call)
-        n = 50 * args.batch
-        print(
-            f"batch {args.batch}: {1e6 * best:.1f} us per request in the stub; "
-            f"{sum(bytecodes.values()) / n:.0f} bytecodes per request"
-        )
-        for name, count in bytecodes.most_common(args.top):
-            print(f"  {count / n:7.1f}  {name}")
+            exchange.run(count)
+        report = count.report(50 * args.batch, args.top)
+        print(f"batch {args.batch}: {1e6 * best:.1f} us per request in the stub; {report}")
     finally:
         exchange.close()
 
