@@ -28,7 +28,7 @@ CorrelationId = int | str
 
 def sequence_params(request: InferenceRequest | None) -> tuple[CorrelationId, int]:
     """A request's correlation id and flags, as Triton's InferenceRequest holds them (0 and 0: no sequence)."""
-    if request is None:
+    if request is None or not request.parameters:  # most requests: nothing to look up
         return 0, 0
     params = request.parameters
     corrid = params.get("sequence_id", 0)

@@ -329,9 +329,7 @@ class Engine:
             trace = self._start_trace(request, context)
         if trace is not None:
             traced_from = self._trace_start(trace, model, request)
-        self._in_flight += 1
-        if self._in_flight == 1:  # the first in flight: not drained until the last one leaves
-            self._drained.clear()
+        self._enter()
         started = time.perf_counter_ns()
         try:
             response, timing = await model.infer(request)
@@ -453,9 +451,7 @@ class Engine:
         trace = request.trace
         if trace is not None:  # a decoupled request: its start and end (no queue / compute breakdown)
             trace.stamp("REQUEST_START", self._trace_start(trace, model, request))
-        self._in_flight += 1
-        if self._in_flight == 1:  # the first in flight: not drained until the last one leaves
-            self._drained.clear()
+        self._enter()
         started = time.perf_counter_ns()
         try:
             async for response in model.infer_stream(request):
@@ -472,6 +468,11 @@ class Engine:
             if trace is not None:
                 trace.stamp("REQUEST_END")
             self._leave()
+
+    def _enter(self) -> None:
+        self._in_flight += 1
+        if self._in_flight == 1:  # the first in flight: not drained until the last one leaves
+            self._drained.clear()
 
     def _leave(self) -> None:
         self._in_flight -= 1

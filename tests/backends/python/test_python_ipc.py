@@ -22,6 +22,7 @@ from modelhost.backends.python.ipc import (
     deserialize_bytes,
     encode,
     put_tensor,
+    read_tensor,
     serialize_bytes,
     shared_blocks,
     view_tensor,
@@ -102,6 +103,11 @@ def test_tensors_cross_through_shared_memory(arena: Arena, array: np.ndarray, re
     )
     assert (arena.in_use() == 0) == in_message
     assert shared_blocks([ref]) == ([] if in_message else [(ref.segment, ref.offset)])
+    # What a receiver keeps after the block is freed: in memory of its own, copied only out of shared memory.
+    owned = read_tensor(segments, ref)
+    assert owned.tolist() == array.tolist()
+    if array.dtype != object and array.size:
+        assert not np.shares_memory(owned, back)
     if array.dtype != object and array.size:
         # Writable, as a view of shared memory is, and the sender's array is not touched.
         before = array.tolist()

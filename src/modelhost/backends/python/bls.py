@@ -10,12 +10,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from modelhost.backends.api import BackendServices
 from modelhost.backends.python import ipc
-from modelhost.backends.python.ipc import as_refs, put_tensor, shared_blocks, view_tensor
+from modelhost.backends.python.ipc import as_refs, put_tensor, read_tensor, shared_blocks
 from modelhost.backends.python.process import Stub, StubFailed
 from modelhost.backends.sequence import SEQUENCE_END, SEQUENCE_START
 from modelhost.errors import (
@@ -133,7 +130,7 @@ class ModelCalls:
         refs = as_refs(message["inputs"])
         try:
             inputs = [
-                Tensor(ref.name, ref.datatype, list(ref.shape), _owned(view_tensor(stub.segments, ref)))
+                Tensor(ref.name, ref.datatype, list(ref.shape), read_tensor(stub.segments, ref))
                 for ref in refs
             ]
         finally:
@@ -229,8 +226,3 @@ class ModelCalls:
             log.exception("model control request of model instance '%s' failed", self.name)
             error = f"{type(e).__name__}: {e}"
         return result, error
-
-
-def _owned(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """A copy that no longer views the other process's memory (BYTES arrays are new already)."""
-    return array if array.dtype == np.object_ else array.copy()

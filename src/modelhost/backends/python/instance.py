@@ -27,7 +27,7 @@ from modelhost.backends.params import group_kind, param
 from modelhost.backends.python import ipc
 from modelhost.backends.python.bls import ERRORS_BY_CODE, ModelCalls
 from modelhost.backends.python.environments import environment_for
-from modelhost.backends.python.ipc import Arena, as_refs, put_tensor, view_tensor
+from modelhost.backends.python.ipc import Arena, as_refs, put_tensor, read_tensor, shared_blocks
 from modelhost.backends.python.process import (
     FREES_PER_MESSAGE,
     SentBatch,
@@ -434,12 +434,7 @@ class PythonInstance:
         )
         # Triton hands every request its correlation id and flags, sequence model or not; they are not among
         # the request's parameters() there.
-        if job.sequence is not None:
-            correlation_id, flags = job.sequence
-        elif request is None or not request.parameters:
-            correlation_id, flags = 0, 0
-        else:
-            correlation_id, flags = sequence_params(request)
+        correlation_id, flags = job.sequence if job.sequence is not None else sequence_params(request)
         trace = None if request is None else request.trace
         if trace is not None:  # its BLS requests are traced as its children while it runs
             self.calls.traces[trace.id] = trace
@@ -473,15 +468,9 @@ class PythonInstance:
 
     def _arrays(self, stub: Stub, response: dict[str, Any]) -> Arrays | BaseException:
         """A response's tensors copied out of the stub's memory (whose blocks then go back), or its error."""
-        arrays: Arrays = {}
-        for ref in as_refs(response.get("outputs")):
-            view = view_tensor(stub.segments, ref)
-            segment = ref.segment
-            if not isinstance(segment, str):  # in the message (ipc.INLINE): in memory of its own already
-                arrays[ref.name] = view
-                continue
-            arrays[ref.name] = view if ref.datatype == "BYTES" else view.copy()
-            stub.frees.append((segment, ref.offset))
+        refs = as_refs(response.get("outputs"))
+        arrays: Arrays = {ref.name: read_tensor(stub.segments, ref) for ref in refs}
+        stub.frees.extend(shared_blocks(refs))
         if len(stub.frees) >= FREES_PER_MESSAGE:
             # A long stream of responses and no request to carry the frees back: send them on their own, so the
             # stub's memory stays bounded.

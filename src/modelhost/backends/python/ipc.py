@@ -345,6 +345,13 @@ def view_tensor(segments: SegmentMap, ref: TensorRef) -> npt.NDArray[Any]:
     return np.frombuffer(buffer, dtype=DTYPES[ref.datatype]).reshape(ref.shape)
 
 
+def read_tensor(segments: SegmentMap, ref: TensorRef) -> npt.NDArray[Any]:
+    """The tensor in memory of its own, for a receiver that keeps it after the sender's block is freed: copied
+    out of shared memory; one carried in the message, or BYTES (decoded into a new object array), as it is."""
+    array = view_tensor(segments, ref)
+    return array if ref.offset == INLINE or ref.datatype == "BYTES" else array.copy()
+
+
 # -- framing ---------------------------------------------------------------------------------------------------
 
 

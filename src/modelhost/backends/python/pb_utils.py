@@ -1026,7 +1026,7 @@ class InferenceResponse:
             )
         self._output_tensors = list(output_tensors)
         self._error = error
-        self._parameters = "{}" if parameters is None else _parameters_json(parameters)
+        self._parameters = _parameters_json(parameters)
 
     def output_tensors(self) -> list[Tensor]:
         return self._output_tensors

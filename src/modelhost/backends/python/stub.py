@@ -38,6 +38,7 @@ from modelhost.backends.python.ipc import (
     SegmentMap,
     as_refs,
     put_tensor,
+    read_tensor,
     shared_blocks,
     view_tensor,
 )
@@ -421,7 +422,7 @@ class Stub:
         self._inputs[data["key"]] = shared_blocks(refs)
         if self.input_device is None:
             segments = self.segments
-            tensors = [pb_utils.Tensor._in_place(ref[0], view_tensor(segments, ref)) for ref in refs]
+            tensors = [pb_utils.Tensor._in_place(ref.name, view_tensor(segments, ref)) for ref in refs]
         else:
             device = self.input_device
             tensors = [
@@ -593,15 +594,15 @@ class Stub:
         """A BLS answer as the model sees it: outputs copied out of the server's memory (onto CUDA device `device`
         where the request preferred GPU memory), errors not raised."""
         tensors = []
+        refs = as_refs(reply.get("outputs"))
         try:
-            for ref in as_refs(reply.get("outputs")):
-                view = view_tensor(self.segments, ref)
+            for ref in refs:
                 if device is None:
-                    tensors.append(pb_utils.Tensor(ref.name, view.copy()))
+                    tensors.append(pb_utils.Tensor(ref.name, read_tensor(self.segments, ref)))
                 else:
-                    tensors.append(pb_utils.Tensor._to_gpu(ref.name, view, device))
+                    tensors.append(pb_utils.Tensor._to_gpu(ref.name, view_tensor(self.segments, ref), device))
         finally:
-            for segment, offset in shared_blocks(as_refs(reply.get("outputs"))):
+            for segment, offset in shared_blocks(refs):
                 self.release_server_block(segment, offset)
         error = reply.get("error")
         if error is not None:

@@ -1092,15 +1092,12 @@ class ModelRegistry:
                     f"Request for unknown model: '{name}' version {version} is not at ready state"
                 )
             return ventry.model
-        versions = entry.versions
-        if len(versions) == 1:  # most models: no order to find
-            (ventry,) = versions.values()
+        versions: Iterable[VersionEntry] = entry.versions.values()
+        if len(entry.versions) > 1:  # the newest first (most models have one version: nothing to sort)
+            versions = sorted(versions, key=lambda v: v.version, reverse=True)
+        for ventry in versions:
             if ventry.state == ModelState.READY and ventry.model is not None:
                 return ventry.model
-        else:
-            for ventry in sorted(versions.values(), key=lambda v: v.version, reverse=True):
-                if ventry.state == ModelState.READY and ventry.model is not None:
-                    return ventry.model
         raise NotFound(f"Request for unknown model: '{name}' has no available versions")
 
     def ready_versions(self, name: str) -> list[str]:

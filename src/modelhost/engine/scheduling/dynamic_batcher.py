@@ -82,12 +82,8 @@ class Pending:
 def batch_key(inputs: Arrays, ragged: frozenset[str] = frozenset()) -> tuple[Any, ...]:
     """Requests with equal keys can be concatenated along the batch dimension (the shape of an input that allows
     a ragged batch does not keep them apart)."""
-    if len(inputs) == 1:  # most models: nothing to sort
-        ((name, a),) = inputs.items()
-        return ((name, a.dtype.str, None if name in ragged else a.shape[1:]),)
-    return tuple(
-        (name, a.dtype.str, None if name in ragged else a.shape[1:]) for name, a in sorted(inputs.items())
-    )
+    items = inputs.items() if len(inputs) == 1 else sorted(inputs.items())  # one input: nothing to sort
+    return tuple((name, a.dtype.str, None if name in ragged else a.shape[1:]) for name, a in items)
 
 
 @dataclass(slots=True)
