@@ -329,8 +329,9 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
 
     stop = asyncio.Event() if control is None else control.stop
     loop = asyncio.get_running_loop()
+    # Off the main thread (modelhost.Server) no handler can be set: asyncio says RuntimeError, uvloop ValueError.
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
     if tls:
 
@@ -339,7 +340,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
             if frontends is not None and frontends.supervisor is not None:
                 frontends.supervisor.signal_all(signal.SIGHUP)
 
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGHUP, reload_certificates)
     poller: asyncio.Task[None] | None = None
     if mode == "poll" and options.repository_poll_secs > 0:

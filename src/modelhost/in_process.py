@@ -154,7 +154,9 @@ class Server:
         if thread is None or loop is None:
             return self._exit_code
         if thread.is_alive():
-            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile: the server is ending on its own
+            with contextlib.suppress(
+                RuntimeError
+            ):  # its loop closed meanwhile: the server is ending on its own
                 loop.call_soon_threadsafe(self._control.stop.set)
             thread.join(timeout)
         self._thread = None
@@ -180,12 +182,20 @@ class Server:
         """Run one of `engine`'s coroutines on the server's loop and wait for its result."""
         return self._call(coroutine, timeout)
 
-    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start one of `engine`'s coroutines on the server's loop without waiting: for a program with an event
+        loop of its own, which awaits `asyncio.wrap_future(server.submit(...))`. Cancelling the future cancels
+        the call."""
         loop, thread = self._loop, self._thread
         if loop is None or loop.is_closed() or thread is None:
             coroutine.close()
             raise ServerError("the server is not running")
-        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        return asyncio.run_coroutine_threadsafe(coroutine, loop)
+
+    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        thread = self._thread
+        future = self.submit(coroutine)
+        assert thread is not None  # submit raised otherwise
         deadline = None if timeout is None else time.monotonic() + timeout
         # Waited for in short steps: a server that ends meanwhile (a failed start, a stop) ends the wait.
         while True:

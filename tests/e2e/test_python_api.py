@@ -209,3 +209,26 @@ def test_a_stop_while_a_stream_is_read_ends_the_stream(tmp_path: Path) -> None:
     server.stop()
     reader.join(60)
     assert not reader.is_alive(), "the reader was left waiting on a stopped server"
+
+
+def test_starts_where_new_loops_are_uvloop_and_submits_from_another_loop(tmp_path: Path) -> None:
+    """Inside a Ray Serve replica the loop policy is uvloop's, whose loops refuse signal handlers off the main
+    thread with ValueError (asyncio's say RuntimeError); and the replica awaits the engine from a loop of its
+    own through `submit`."""
+    import asyncio
+
+    import uvloop
+
+    shutil.copytree(EXAMPLES / "simple", tmp_path / "simple")
+    policy = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # for the server's life, as in a replica
+    try:
+        with modelhost.Server(tmp_path) as server:
+            assert server.ready()
+
+            async def ask() -> bool:
+                return await asyncio.wrap_future(server.submit(server.engine.model_ready("simple")))
+
+            assert asyncio.run(ask())
+    finally:
+        asyncio.set_event_loop_policy(policy)

@@ -115,6 +115,10 @@ def _main(args: list[str]) -> int:
         return tune_main(args[1:])
     if args and args[0] == "convert":
         return _convert_model(args[1:])
+    if args and args[0] == "ray":
+        from modelhost.cli.ray import main as ray_main  # a repository on a Ray cluster (docs/ray.md)
+
+        return ray_main(args[1:])
     if args and args[0] == "compatibility":
         return _compatibility(args[1:])
     if args and args[0].startswith("--") and args[0][2:].partition("=")[0] in FLAGS_BY_NAME:
@@ -217,6 +221,9 @@ def _top_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "convert", help="Convert a model for a backend: modelhost convert onnx-to-tensorrt ..."
+    )
+    commands.add_parser(
+        "ray", help="Serve a model repository on a Ray cluster, each model scaling on its own (docs/ray.md)."
     )
     commands.add_parser(
         "compatibility", help="Print what of Triton modelhost serves, item by item (docs/compatibility.md)."

@@ -1,0 +1,111 @@
+"""`modelhost ray serve`: a Triton model repository served by Ray Serve deployments (docs/ray.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from modelhost.options import ServerOptions, bool_or_none
+
+USAGE_ERROR = 2
+
+DESCRIPTION = """\
+Deploy a model repository onto a Ray cluster, each model (or group of models named in --deployments) a Ray
+Serve deployment that scales on its own, and answer KServe v2 HTTP and gRPC for all of them here, as one
+modelhost server does. Needs the `ray` extra: pip install 'modelhost[ray]'.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"modelhost ray: error: {message}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)
+
+
+def _flag(value: str) -> bool:
+    parsed = bool_or_none(value)
+    if parsed is None:
+        raise argparse.ArgumentTypeError(f"expected true or false, not '{value}'")
+    return parsed
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="modelhost ray", description=DESCRIPTION, allow_abbrev=False)
+    commands = top.add_subparsers(title="commands", dest="command", metavar="COMMAND", required=True)
+    serve = commands.add_parser(
+        "serve", help="Deploy a model repository and serve it.", description=DESCRIPTION
+    )
+    serve.add_argument(
+        "--model-repository",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="A model repository (a path every Ray node can read, or s3://, gs://, as://); may be repeated.",
+    )
+    serve.add_argument(
+        "--deployments", metavar="FILE", help="Which models share a deployment, replicas, resources (YAML)."
+    )
+    serve.add_argument(
+        "--address",
+        metavar="ADDRESS",
+        help="The Ray cluster to join (host:port of its head, or 'auto'); default: start a local one.",
+    )
+    serve.add_argument(
+        "--num-cpus", type=int, metavar="N", help="CPUs of the local cluster started (default: all)."
+    )
+    serve.add_argument("--http-address", default="0.0.0.0")
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--allow-http", type=_flag, default=True, metavar="BOOL")
+    serve.add_argument("--grpc-address", default="0.0.0.0")
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    serve.add_argument("--allow-grpc", type=_flag, default=True, metavar="BOOL")
+    serve.add_argument(
+        "--strict-readiness",
+        type=_flag,
+        default=True,
+        metavar="BOOL",
+        help="Ready only while every deployment runs (true), or whenever the ingress serves (false).",
+    )
+    serve.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL")
+    return top
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = parser().parse_args(list(argv))
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 0
+    try:
+        import ray  # noqa: F401 - only to say clearly that the extra is missing
+    except ImportError:
+        print("modelhost ray: error: Ray is not installed: pip install 'modelhost[ray]'", file=sys.stderr)
+        return USAGE_ERROR
+    from modelhost.cluster.ingress import IngressSettings, serve
+    from modelhost.cluster.plan import PlanError, read_plan
+    from modelhost.observability.logs import configure_logging
+
+    configure_logging(ServerOptions(log_verbose=args.log_verbose))
+    try:
+        plan = read_plan(args.model_repository, args.deployments)
+    except PlanError as e:
+        print(f"modelhost ray: error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    settings = IngressSettings(
+        address=args.address,
+        num_cpus=args.num_cpus,
+        http_address=args.http_address,
+        http_port=args.http_port if args.allow_http else None,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port if args.allow_grpc else None,
+        strict_readiness=args.strict_readiness,
+    )
+    logging.getLogger("modelhost").info("serving %s on Ray", ", ".join(args.model_repository))
+    try:
+        import uvloop
+
+        return int(uvloop.run(serve(plan, settings)))
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,190 @@
+"""The Ray side of the cluster: connecting, deploying each deployment of the plan as a Ray Serve application,
+updating and deleting one, and reading their status. Every call here blocks (Ray Serve's API is synchronous);
+the ingress runs them on a worker thread.
+
+Each deployment of the plan is an application of its own (named after it, holding one Ray Serve deployment,
+`models`), so that one can be updated (a rolling update: Ray starts new replicas before it stops old ones) or
+deleted without touching the others. Ray Serve's own HTTP proxy stays off: modelhost's frontends are the ingress.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from modelhost.cluster.plan import ClusterPlan, DeploymentSpec
+from modelhost.cluster.replica import ModelReplica, ReplicaSettings, multiplexed_replica
+from modelhost.cluster.statistics import StatisticsCollector
+
+log = logging.getLogger("modelhost.cluster")
+
+NAMESPACE = "modelhost"
+STATISTICS_ACTOR = "modelhost-statistics"
+# How long a deployment may take to start its replicas (their models load in them) before it counts as failed.
+DEPLOY_TIMEOUT_S = 600.0
+_POLL_S = 0.25
+
+
+class ClusterError(RuntimeError):
+    """Ray could not be reached, or refused what was asked of it."""
+
+
+@dataclass(frozen=True)
+class AppStatus:
+    status: str  # Ray Serve's ApplicationStatus: RUNNING, DEPLOYING, DEPLOY_FAILED, UNHEALTHY, DELETING, ...
+    message: str
+    replicas: int = 0  # running now
+
+
+class Cluster:
+    """The Ray cluster the plan's deployments run on."""
+
+    def __init__(self, plan: ClusterPlan) -> None:
+        self.plan = plan
+        # Bumped at each update of a deployment: a changed argument makes Ray replace its replicas.
+        self._generation: dict[str, int] = {}
+        self.collector: Any = None
+
+    def connect(self, address: str | None, num_cpus: int | None = None) -> None:
+        """Join the cluster at `address` ("auto": the one on this machine), or start a local one (None)."""
+        import ray
+
+        try:
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                num_cpus=num_cpus if address is None else None,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            where = f"at {address}" if address else "on this machine"
+            raise ClusterError(f"cannot reach the Ray cluster {where}: {e}") from None
+
+    def start(self) -> None:
+        """Start Ray Serve (without its HTTP proxy) and the statistics collector."""
+        import ray
+        from ray import serve
+
+        serve.start(proxy_location="Disabled")
+        self.collector = (
+            ray.remote(StatisticsCollector)
+            .options(name=STATISTICS_ACTOR, namespace=NAMESPACE, get_if_exists=True, num_cpus=0)
+            .remote()
+        )
+
+    def settings(self, spec: DeploymentSpec, overrides: dict[str, str]) -> ReplicaSettings:
+        return ReplicaSettings(
+            deployment=spec.name,
+            repositories=self.plan.repositories,
+            models=spec.models,
+            server_options=dict(self.plan.server_options),
+            overrides={m: c for m, c in overrides.items() if m in spec.models},
+            statistics_actor=STATISTICS_ACTOR,
+            namespace=NAMESPACE,
+            generation=self._generation.get(spec.name, 0),
+        )
+
+    def _application(self, spec: DeploymentSpec, overrides: dict[str, str]) -> Any:
+        from ray import serve
+
+        cls = multiplexed_replica(spec.max_models_per_replica) if spec.multiplexed else ModelReplica
+        deployment: Any = serve.deployment(cls)
+        deployment = deployment.options(**spec.deployment_options())
+        return deployment.bind(self.settings(spec, overrides))
+
+    def deploy_many(self, specs: list[DeploymentSpec], overrides: dict[str, str]) -> dict[str, str]:
+        """Deploy these (all at once, without waiting on each other); the failures, by deployment."""
+        from ray import serve
+        from ray.serve.api import RunTarget
+
+        if not specs:
+            return {}
+        targets = [
+            RunTarget(target=self._application(spec, overrides), name=spec.name, route_prefix=None)
+            for spec in specs
+        ]
+        serve.run_many(targets, wait_for_applications_running=False)
+        return self.wait([spec.name for spec in specs])
+
+    def deploy(self, spec: DeploymentSpec, overrides: dict[str, str], *, update: bool = False) -> str | None:
+        """Deploy one (a rolling update of it if `update`); why it failed, or None."""
+        if update:
+            self._generation[spec.name] = self._generation.get(spec.name, 0) + 1
+        return self.deploy_many([spec], overrides).get(spec.name)
+
+    def wait(self, names: list[str], timeout: float = DEPLOY_TIMEOUT_S) -> dict[str, str]:
+        """Wait until each application runs or failed; the failures (and those still starting at the timeout)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            statuses = self.statuses()
+            pending = [
+                n for n in names if statuses.get(n, AppStatus("NOT_STARTED", "")).status not in _SETTLED
+            ]
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(_POLL_S)
+        failures: dict[str, str] = {}
+        for name in names:
+            status = statuses.get(name, AppStatus("NOT_STARTED", "not deployed"))
+            if status.status != "RUNNING":
+                failures[name] = status.message or f"deployment {status.status.lower()}"
+        return failures
+
+    def delete(self, name: str) -> None:
+        from ray import serve
+
+        serve.delete(name)
+        self._generation.pop(name, None)
+        if self.collector is not None:
+            self.collector.forget.remote(name)
+
+    def statuses(self) -> dict[str, AppStatus]:
+        from ray import serve
+
+        return {
+            name: AppStatus(str(getattr(app.status, "value", app.status)), app.message or "", _running(app))
+            for name, app in serve.status().applications.items()
+        }
+
+    def handle(self, name: str) -> Any:
+        from ray import serve
+
+        return serve.get_app_handle(name)
+
+    def collected_statistics(self) -> list[list[dict[str, Any]]]:
+        import ray
+
+        if self.collector is None:
+            return []
+        rows: list[list[dict[str, Any]]] = ray.get(self.collector.rows.remote())
+        return rows
+
+    def shutdown(self, names: list[str]) -> None:
+        """Delete what this ingress deployed, then leave the cluster (a local one stops with it)."""
+        import ray
+        from ray import serve
+
+        for name in names:
+            try:
+                serve.delete(name)
+            except Exception as e:  # leaving anyway
+                log.warning("could not delete deployment '%s': %s", name, e)
+        if self.collector is not None:
+            ray.kill(self.collector)
+        ray.shutdown()
+
+
+def _running(app: Any) -> int:
+    """The running replicas of an application's deployments (Ray Serve's status, by replica state)."""
+    running = 0
+    for deployment in app.deployments.values():
+        for state, count in deployment.replica_states.items():
+            if str(getattr(state, "value", state)) == "RUNNING":
+                running += int(count)
+    return running
+
+
+_SETTLED = {"RUNNING", "DEPLOY_FAILED", "UNHEALTHY"}

@@ -1,0 +1,262 @@
+"""One replica of a Ray Serve deployment: modelhost's engine serving the deployment's models, called over Ray.
+
+Each replica runs a `modelhost.Server` without frontends (the same repository handling, backends, dynamic
+batching, instance groups, python backend and ensembles as `modelhost serve`), on a loop and thread of its own;
+Ray Serve calls the replica's async methods on its loop, which hand each call to the engine's loop and await it.
+What crosses Ray is `modelhost.types` requests and responses (numpy arrays, pickled by Ray) and, for a failure, a
+`Failure` that the ingress turns back into the same `ModelhostError`, so clients get the wording and status a
+single server gives.
+
+A multiplexed replica (`multiplexed_replica(k)`) starts with no model and loads the one each request names (Ray
+routes requests for a model to a replica that has it, `serve.multiplexed`), keeping at most k, least recently
+used out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from modelhost.errors import InternalError, ModelhostError
+from modelhost.types import InferenceRequest, InferenceResponse
+
+log = logging.getLogger("modelhost.cluster")
+
+T = TypeVar("T")
+# How often a replica reports its statistics to the collector (what the cluster's statistics lag by at most).
+REPORT_INTERVAL_S = 1.0
+# The engine calls the ingress may make of a replica besides infer and infer_stream.
+CALLS = frozenset(
+    {
+        "is_ready",
+        "model_ready",
+        "model_metadata",
+        "model_config",
+        "model_signature",
+        "check_request",
+        "statistics",
+        "repository_index",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A ModelhostError, as it crosses Ray: its kind, class name and message (modelhost.errors.error_from)."""
+
+    kind: str
+    name: str
+    message: str
+
+    @staticmethod
+    def of(error: BaseException) -> Failure:
+        if isinstance(error, ModelhostError):
+            return Failure(error.kind.value, type(error).__name__, str(error))
+        internal = InternalError(f"{type(error).__name__}: {error}")
+        return Failure(internal.kind.value, "InternalError", str(internal))
+
+
+@dataclass(frozen=True)
+class ReplicaSettings:
+    """What every replica of one deployment is started with."""
+
+    deployment: str
+    repositories: tuple[str, ...]
+    models: tuple[str, ...]
+    server_options: dict[str, Any]
+    # JSON config overrides of the models loaded with one (the repository API's `config` parameter).
+    overrides: dict[str, str]
+    statistics_actor: str
+    namespace: str
+    # Bumped to update the deployment (a changed argument makes Ray replace its replicas, old ones last).
+    generation: int = 0
+
+
+class ModelReplica:
+    """The class each Ray Serve replica of a (non-multiplexed) deployment instantiates."""
+
+    def __init__(self, settings: ReplicaSettings) -> None:
+        from modelhost.in_process import Server
+        from modelhost.observability.logs import configure_logging
+        from modelhost.options import ServerOptions
+
+        # The engine's log, in Triton's format, goes to the replica's stderr (Ray keeps it in the worker's log).
+        configure_logging(ServerOptions(log_verbose=int(settings.server_options.get("log_verbose", 0))))
+        self._settings = settings
+        self._reporter: asyncio.Task[None] | None = None
+        self._collector: Any = None
+        self._server = Server(
+            list(settings.repositories),
+            model_control_mode="explicit",
+            load_models=[],
+            **settings.server_options,
+        ).start()
+        try:
+            for name in self._initial_models():
+                self._server.load(name, settings.overrides.get(name))
+        except BaseException:
+            self._server.stop()
+            raise  # Ray retries the replica, then reports the deployment failed with this error
+        self._replica_id = _replica_id()
+
+    def _initial_models(self) -> tuple[str, ...]:
+        return self._settings.models
+
+    async def _engine_call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(self._server.submit(coroutine))
+
+    async def _enter(self, model: str) -> None:
+        """Make `model` servable here (a multiplexed replica loads it)."""
+        self._start_reporting()
+
+    # -- what the ingress calls ---------------------------------------------------------------------------------
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse | Failure:
+        try:
+            await self._enter(request.model_name)
+            return await self._engine_call(self._server.engine.infer(request))
+        except Exception as e:  # every failure goes back to the ingress as data
+            return Failure.of(e)
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse | Failure]:
+        """The responses of one request, as the engine gives them; closing the stream cancels the request."""
+        try:
+            await self._enter(request.model_name)
+        except Exception as e:
+            yield Failure.of(e)
+            return
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[InferenceResponse | Failure | None] = asyncio.Queue()
+        engine = self._server.engine
+
+        async def pump() -> None:  # on the engine's loop
+            try:
+                async for response in engine.infer_stream(request):
+                    loop.call_soon_threadsafe(items.put_nowait, response)
+            except Exception as e:
+                loop.call_soon_threadsafe(items.put_nowait, Failure.of(e))
+            finally:
+                with contextlib.suppress(RuntimeError):  # the replica's loop is closing
+                    loop.call_soon_threadsafe(items.put_nowait, None)
+
+        pumping = self._server.submit(pump())
+        try:
+            while (item := await items.get()) is not None:
+                yield item
+        finally:
+            pumping.cancel()
+
+    async def call(self, method: str, model: str, *args: Any) -> Any:
+        """One of the engine's other calls (CALLS), about `model` ("" for the server)."""
+        if method not in CALLS:
+            return Failure.of(InternalError(f"the ingress asked for an unknown engine call '{method}'"))
+        try:
+            if model:
+                await self._enter(model)
+            result = await self._engine_call(getattr(self._server.engine, method)(*args))
+        except Exception as e:
+            return Failure.of(e)
+        # The configuration is a protobuf message, which does not pickle: it crosses in its wire form.
+        return result.SerializeToString() if method == "model_config" else result
+
+    async def check_health(self) -> None:
+        """Ray Serve's health check: a replica whose engine stopped is replaced."""
+        if not self._server.running:
+            raise RuntimeError("the modelhost engine of this replica is not running")
+
+    # -- statistics --------------------------------------------------------------------------------------------
+
+    def _start_reporting(self) -> None:
+        if self._reporter is None:
+            self._reporter = asyncio.get_running_loop().create_task(self._report_forever())
+
+    async def _report_forever(self) -> None:
+        import ray
+
+        try:
+            self._collector = ray.get_actor(
+                self._settings.statistics_actor, namespace=self._settings.namespace
+            )
+        except ValueError:
+            log.warning("no statistics collector '%s': this replica's statistics stay its own")
+            return
+        while True:
+            await self._report(final=False)
+            await asyncio.sleep(REPORT_INTERVAL_S)
+
+    async def _report(self, final: bool) -> None:
+        if self._collector is None:
+            return
+        try:
+            rows = await self._engine_call(self._server.engine.statistics())
+            await self._collector.report.remote(self._replica_id, self._settings.deployment, rows, final)
+        except Exception as e:  # statistics never fail a replica
+            log.debug("statistics report failed: %s", e)
+
+    async def __del__(self) -> None:
+        """Ray Serve's graceful shutdown of this replica: its last statistics, then the engine stops."""
+        if self._reporter is not None:
+            self._reporter.cancel()
+            await self._report(final=True)
+        await asyncio.to_thread(self._server.stop)
+
+
+def _replica_id() -> str:
+    try:
+        from ray import serve
+
+        return str(serve.get_replica_context().replica_id.unique_id)
+    except Exception:  # outside Ray Serve (the unit tests)
+        return f"local-{time.monotonic_ns()}"
+
+
+class _Loaded:
+    """A model a multiplexed replica holds: Ray calls `__del__` when it evicts it (least recently used)."""
+
+    def __init__(self, replica: ModelReplica, name: str) -> None:
+        self.replica = replica
+        self.name = name
+        self.unloaded = False
+
+    def __del__(self) -> None:
+        if self.unloaded:
+            return
+        self.unloaded = True
+        server = self.replica._server
+        if server.running:
+            with contextlib.suppress(Exception):
+                server.submit(server.engine.unload_model(self.name, {}))
+
+
+def multiplexed_replica(max_models: int) -> type[ModelReplica]:
+    """The replica class of a multiplexed pool keeping at most `max_models` models loaded."""
+    from ray import serve
+
+    class MultiplexedReplica(ModelReplica):
+        def _initial_models(self) -> tuple[str, ...]:
+            return ()
+
+        @serve.multiplexed(max_num_models_per_replica=max_models)  # type: ignore[untyped-decorator]
+        async def _model(self, name: str) -> _Loaded:
+            await self._engine_call(
+                self._server.engine.load_model(
+                    name, _load_parameters(self._settings, name), files_base64=False
+                )
+            )
+            return _Loaded(self, name)
+
+        async def _enter(self, model: str) -> None:
+            self._start_reporting()
+            await self._model(model)
+
+    return MultiplexedReplica
+
+
+def _load_parameters(settings: ReplicaSettings, name: str) -> dict[str, Any]:
+    override = settings.overrides.get(name)
+    return {"config": override} if override is not None else {}

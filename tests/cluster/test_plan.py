@@ -1,0 +1,98 @@
+"""The deployment file: which models share a deployment, their replicas and resources, and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modelhost.cluster.plan import DEFAULT_ACTOR, PlanError, plan_from, read_plan
+
+MODELS = ["a", "b", "c", "d"]
+
+
+def _plan(document: Any) -> Any:
+    return plan_from(["/repo"], document, MODELS)
+
+
+def test_without_a_file_every_model_is_its_own_deployment() -> None:
+    plan = _plan({})
+    assert [(s.name, s.models) for s in plan.deployments] == [(m, (m,)) for m in MODELS]
+    options = plan.deployments[0].deployment_options()
+    assert options["ray_actor_options"] == DEFAULT_ACTOR
+    assert options["autoscaling_config"]["max_replicas"] >= 1
+    assert "num_replicas" not in options
+
+
+def test_groups_defaults_and_the_long_tail() -> None:
+    plan = _plan(
+        {
+            "defaults": {"actor": {"num_cpus": 0.5, "memory": "1Gi"}, "num_replicas": 2},
+            "deployments": {
+                "pair": {"models": ["a", "b"], "autoscaling": {"min_replicas": 1, "max_replicas": 5}},
+                "tail": {"models": ["*"], "max_models_per_replica": 1, "actor": {"num_gpus": 1}},
+            },
+        }
+    )
+    pair, tail = plan.deployments
+    assert pair.models == ("a", "b") and pair.num_replicas is None
+    assert pair.deployment_options()["autoscaling_config"]["max_replicas"] == 5
+    assert pair.actor == {"num_cpus": 0.5, "memory": 2**30}
+    assert tail.models == ("c", "d") and tail.multiplexed and tail.max_models_per_replica == 1
+    assert tail.deployment_options()["num_replicas"] == 2
+    assert tail.actor == {"num_cpus": 0.5, "memory": 2**30, "num_gpus": 1}
+    assert plan.deployment_of("d") is tail and plan.deployment_of("x") is None
+    assert plan.single("x").models == ("x",) and plan.single("x").num_replicas == 2
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ([], "must be a mapping"),
+        ({"deploy": {}}, "unknown key(s) deploy"),
+        ({"deployments": {"g": {"models": ["zz"]}}}, "names model 'zz', which is not in the model repositories"),
+        ({"deployments": {"g": {"models": ["a"]}, "h": {"models": ["a"]}}}, "model 'a' is in two deployments"),
+        ({"deployments": {"g": {"models": []}}}, "'models' must be a non-empty list"),
+        ({"deployments": {"g": {"models": ["*", "a"]}}}, "'*' stands for every other model"),
+        ({"deployments": {"g": {"models": ["*"]}, "h": {"models": ["*"]}}}, "only one deployment may take '*'"),
+        ({"deployments": {"g": {"models": ["a"], "num_replicas": 0}}}, "'num_replicas' must be a positive integer"),
+        (
+            {"deployments": {"g": {"models": ["a"], "num_replicas": 1, "autoscaling": {}}}},
+            "give 'num_replicas' or 'autoscaling', not both",
+        ),
+        (
+            {"deployments": {"g": {"models": ["a"], "autoscaling": {"min_replicas": 3, "max_replicas": 2}}}},
+            "'min_replicas' (3) is above 'max_replicas' (2)",
+        ),
+        ({"deployments": {"g": {"models": ["a"], "autoscaling": {"speed": 1}}}}, "unknown key(s) speed"),
+        ({"deployments": {"g": {"models": ["a"], "actor": {"num_cpus": -1}}}}, "'num_cpus' must be a number >= 0"),
+        ({"deployments": {"g": {"models": ["a"], "actor": {"memory": "lots"}}}}, "size such as 512Mi"),
+        ({"deployments": {"b": {"models": ["a"]}}}, "would get a deployment of its own named 'b'"),
+        ({"defaults": {"server": {"model_control_mode": "poll"}}}, "'model_control_mode' is set by the cluster"),
+        ({"defaults": {"server": {"no_such_option": 1}}}, "unknown server option 'no_such_option'"),
+    ],
+)
+def test_errors_name_what_is_wrong(document: Any, message: str) -> None:
+    with pytest.raises(PlanError) as e:
+        _plan(document)
+    assert message in str(e.value)
+
+
+def test_read_from_yaml_against_a_repository(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    for name in ("x", "y"):
+        (repo / name).mkdir(parents=True)
+    (repo / ".hidden").mkdir()
+    path = tmp_path / "deployments.yaml"
+    path.write_text("deployments:\n  both:\n    models: [x, y]\n    max_ongoing_requests: 8\n")
+    plan = read_plan([str(repo)], path)
+    assert plan.repository_models == ("x", "y")
+    assert [(s.name, s.models, s.max_ongoing_requests) for s in plan.deployments] == [("both", ("x", "y"), 8)]
+    path.write_text("deployments: [oops")
+    with pytest.raises(PlanError, match="not YAML"):
+        read_plan([str(repo)], path)
+    with pytest.raises(PlanError, match="cannot read the deployment file"):
+        read_plan([str(repo)], tmp_path / "missing.yaml")
+    with pytest.raises(PlanError, match="does not exist"):
+        read_plan([str(tmp_path / "nothing")], None)

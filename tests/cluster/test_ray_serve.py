@@ -1,0 +1,320 @@
+"""`modelhost ray serve` end to end: a real local Ray cluster (2 CPUs), the repository's models as Ray Serve
+deployments, and tritonclient against the ingress, compared with a single modelhost server's answers."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import modelhost
+from e2e.server_process import RunningServer, _http_ok, free_ports
+
+pytest.importorskip("ray")
+
+EXAMPLES = Path(modelhost.__file__).parent / "examples"
+PYTHON_MODELS = Path(__file__).parents[1] / "e2e" / "python_models"
+POOL = [f"m{i}" for i in range(1, 6)]
+
+DEPLOYMENTS = """
+defaults:
+  actor: {num_cpus: 0.05}
+  num_replicas: 1
+deployments:
+  hot:
+    models: [hot]
+    autoscaling:
+      min_replicas: 1
+      max_replicas: 2
+      target_ongoing_requests: 2
+      upscale_delay_s: 0.5
+      downscale_delay_s: 2
+      metrics_interval_s: 0.5
+      look_back_period_s: 1
+  pool:
+    models: [m1, m2, m3, m4, m5]
+    max_models_per_replica: 2
+"""
+
+
+def _copy_model(source: Path, repo: Path, name: str) -> None:
+    target = repo / name
+    shutil.copytree(source, target)
+    config = target / "config.pbtxt"
+    text = config.read_text()
+    old = text.split('name: "', 1)[1].split('"', 1)[0]
+    config.write_text(text.replace(f'name: "{old}"', f'name: "{name}"', 1))
+
+
+def build_repository(repo: Path) -> None:
+    for name in ("simple", "simple_ensemble"):
+        shutil.copytree(EXAMPLES / name, repo / name)
+    for name in ("a", "b", *POOL):
+        _copy_model(EXAMPLES / "simple", repo, name)
+    _copy_model(PYTHON_MODELS / "identity_delay", repo, "hot")
+    shutil.copytree(PYTHON_MODELS / "repeat_decoupled", repo / "repeat_decoupled")
+    # A model that cannot load: its deployment fails, the others serve.
+    _copy_model(EXAMPLES / "simple", repo, "broken")
+    (repo / "broken" / "1" / "model.onnx").write_bytes(b"not an onnx model")
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("ray_repo")
+    build_repository(repo)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def cluster(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    work = tmp_path_factory.mktemp("ray_ingress")
+    deployments = work / "deployments.yaml"
+    deployments.write_text(DEPLOYMENTS)
+    http_port, grpc_port = free_ports(2)
+    log_path = work / "ingress.log"
+    command = [
+        sys.executable,
+        "-m",
+        "modelhost",
+        "ray",
+        "serve",
+        f"--model-repository={repository}",
+        f"--deployments={deployments}",
+        "--num-cpus=2",
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--strict-readiness=false",  # the broken model's deployment fails on purpose
+    ]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = RunningServer(process, http_port, grpc_port, 0, log_path)
+    deadline = time.monotonic() + 240
+    while not _http_ok(http_port, "/v2/health/ready"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop(signal.SIGKILL)
+            raise RuntimeError(f"the ingress did not start:\n{server.log()}")
+        time.sleep(0.25)
+    yield server
+    assert server.stop(signal.SIGTERM, timeout=90) == 0, server.log()
+
+
+@pytest.fixture(scope="module")
+def single(repository: Path) -> Iterator[modelhost.Server]:
+    """One modelhost server on the same repository: what the cluster's answers must equal."""
+    with modelhost.Server(
+        repository, http_port=0, model_control_mode="explicit", load_models=["simple"]
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+def http(cluster: RunningServer) -> Iterator[httpclient.InferenceServerClient]:
+    client = httpclient.InferenceServerClient(cluster.http_url, concurrency=8, network_timeout=60)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def grpc(cluster: RunningServer) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(cluster.grpc_url)
+    yield client
+    client.close()
+
+
+def _simple_inputs(module: Any, offset: int = 0) -> list[Any]:
+    a = np.arange(16, dtype=np.int32).reshape(1, 16) + offset
+    b = np.ones((1, 16), dtype=np.int32)
+    inputs = [module.InferInput("INPUT0", [1, 16], "INT32"), module.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    return inputs
+
+
+def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.25)
+
+
+def _index(http: httpclient.InferenceServerClient) -> dict[str, dict[str, Any]]:
+    return {row["name"]: row for row in http.get_model_repository_index()}
+
+
+def test_answers_equal_a_single_servers(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient, single: modelhost.Server
+) -> None:
+    assert http.is_server_live() and grpc.is_server_ready()
+    reference = httpclient.InferenceServerClient(f"localhost:{single.ports['http']}")
+    assert http.get_model_metadata("simple") == reference.get_model_metadata("simple")
+    assert http.get_model_config("simple") == reference.get_model_config("simple")
+    reference.close()
+    expected = single.model("simple").infer(
+        {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16), "INPUT1": np.ones((1, 16), dtype=np.int32)}
+    )
+    answer = http.infer("simple", _simple_inputs(httpclient))
+    assert np.array_equal(answer.as_numpy("OUTPUT0"), expected["OUTPUT0"])
+    assert np.array_equal(answer.as_numpy("OUTPUT1"), expected["OUTPUT1"])
+    answer_grpc = grpc.infer("simple", _simple_inputs(grpcclient))
+    assert np.array_equal(answer_grpc.as_numpy("OUTPUT0"), expected["OUTPUT0"])
+    assert grpc.get_model_metadata("simple", as_json=True)["name"] == "simple"
+    assert "model_repository" in http.get_server_metadata()["extensions"]
+
+
+def test_unknown_model_is_not_found(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    with pytest.raises(InferenceServerException) as e:
+        http.infer("nope", _simple_inputs(httpclient))
+    assert e.value.status() == "404"
+    assert "Request for unknown model: 'nope' is not found" in str(e.value)
+    with pytest.raises(InferenceServerException) as e:
+        grpc.infer("nope", _simple_inputs(grpcclient))
+    assert e.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_bad_input_is_the_clients_error(http: httpclient.InferenceServerClient) -> None:
+    wrong = httpclient.InferInput("INPUT0", [1, 16], "FP32")
+    wrong.set_data_from_numpy(np.zeros((1, 16), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        http.infer("simple", [wrong, _simple_inputs(httpclient)[1]])
+    assert e.value.status() == "400"
+    assert "INPUT0" in str(e.value)
+    assert http.infer("simple", _simple_inputs(httpclient)).as_numpy("OUTPUT0") is not None  # still serving
+
+
+def test_a_failed_deployment_leaves_the_others_serving(http: httpclient.InferenceServerClient) -> None:
+    index = _index(http)
+    assert index["broken"]["state"] == "UNAVAILABLE" and index["broken"]["reason"]
+    assert index["a"]["state"] == "READY" and index["a"]["replicas"] == 1
+    with pytest.raises(InferenceServerException) as e:
+        http.infer("broken", _simple_inputs(httpclient))
+    assert "not at ready state" in str(e.value)
+    assert not http.is_model_ready("broken")
+    assert http.is_model_ready("a")
+
+
+def test_ensemble(http: httpclient.InferenceServerClient) -> None:
+    answer = http.infer("simple_ensemble", _simple_inputs(httpclient))
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    # simple twice: (a+b, a-b) then (2a, 2b)
+    assert np.array_equal(answer.as_numpy("OUTPUT0"), 2 * a)
+    assert np.array_equal(answer.as_numpy("OUTPUT1"), 2 * np.ones((1, 16), dtype=np.int32))
+
+
+def test_streaming_a_decoupled_model(grpc: grpcclient.InferenceServerClient) -> None:
+    answers: list[Any] = []
+    done = threading.Event()
+
+    def callback(result: Any, error: Any) -> None:
+        answers.append(error if error is not None else result)
+        if error is not None or result.get_response().parameters.get("triton_final_response", None):
+            done.set()
+
+    grpc.start_stream(callback)
+    values = np.array([4, 2, 0, 1], dtype=np.int32)
+    inputs = [grpcclient.InferInput("IN", [4], "INT32"), grpcclient.InferInput("DELAY", [4], "UINT32")]
+    inputs[0].set_data_from_numpy(values)
+    inputs[1].set_data_from_numpy(np.zeros(4, dtype=np.uint32))
+    grpc.async_stream_infer("repeat_decoupled", inputs)
+    _until(lambda: len(answers) >= 4, 30, "four streamed responses")
+    grpc.stop_stream()
+    assert [int(a.as_numpy("OUT")[0]) for a in answers[:4]] == [4, 2, 0, 1]
+
+
+def test_multiplexed_pool_serves_more_models_than_it_holds(http: httpclient.InferenceServerClient) -> None:
+    # Five models through one replica that keeps two: every answer right, evicted ones loaded again.
+    for round_ in range(2):
+        for offset, name in enumerate(POOL):
+            answer = http.infer(name, _simple_inputs(httpclient, offset))
+            assert answer.get_response()["model_name"] == name
+            expected = np.arange(16, dtype=np.int32).reshape(1, 16) + offset + 1
+            assert np.array_equal(answer.as_numpy("OUTPUT0"), expected), (round_, name)
+    index = _index(http)
+    assert all(index[name]["state"] == "READY" for name in POOL)
+    assert index["m1"]["replicas"] == 1
+
+
+def test_statistics_sum_the_replicas(http: httpclient.InferenceServerClient) -> None:
+    for _ in range(5):
+        http.infer("b", _simple_inputs(httpclient))
+
+    def counted() -> bool:
+        stats = http.get_inference_statistics("b")["model_stats"]
+        return bool(stats) and int(stats[0]["inference_count"]) >= 5
+
+    _until(counted, 15, "b's five inferences in its statistics")
+    with pytest.raises(InferenceServerException) as e:
+        http.get_inference_statistics("nope")
+    assert e.value.status() == "404"
+
+
+def test_unload_one_model_leaves_the_others(http: httpclient.InferenceServerClient) -> None:
+    http.unload_model("a")
+    with pytest.raises(InferenceServerException) as e:
+        http.infer("a", _simple_inputs(httpclient))
+    assert e.value.status() == "404"
+    assert http.infer("b", _simple_inputs(httpclient)).as_numpy("OUTPUT0") is not None
+    assert "state" not in _index(http)["a"]
+    http.load_model("a")
+    assert http.infer("a", _simple_inputs(httpclient)).get_response()["model_name"] == "a"
+    with pytest.raises(InferenceServerException) as e:
+        http.load_model("not_in_the_repository")
+    assert "model not found in any model repository" in str(e.value)
+
+
+def test_shared_memory_is_refused_clearly(http: httpclient.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException) as e:
+        http.register_system_shared_memory("region", "/modelhost_ray_test", 64)
+    assert "not available on a Ray cluster" in str(e.value)
+
+
+def test_one_model_scales_out_under_load_and_back(
+    cluster: RunningServer, http: httpclient.InferenceServerClient
+) -> None:
+    """Load on `hot` (a python model sleeping 50 ms a request): its deployment grows to 2 replicas while `b`
+    stays at 1, and shrinks back once idle."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def load() -> None:
+        client = httpclient.InferenceServerClient(cluster.http_url, network_timeout=60)
+        data = httpclient.InferInput("INPUT0", [4], "FP32")
+        data.set_data_from_numpy(np.ones(4, dtype=np.float32))
+        delay = httpclient.InferInput("DELAY_MS", [1], "INT32")
+        delay.set_data_from_numpy(np.array([50], dtype=np.int32))
+        try:
+            while not stop.is_set():
+                client.infer("hot", [data, delay])
+        except BaseException as e:
+            failures.append(e)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=load) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        _until(lambda: _index(http)["hot"].get("replicas") == 2, 90, "hot at 2 replicas under load")
+        assert _index(http)["b"]["replicas"] == 1
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not failures, failures
+    _until(lambda: _index(http)["hot"].get("replicas") == 1, 90, "hot back at 1 replica once idle")

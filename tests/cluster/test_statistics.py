@@ -1,0 +1,45 @@
+"""The cluster's statistics: replicas' rows summed per model version, and the collector keeping stopped ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelhost.cluster import statistics
+from modelhost.cluster.statistics import StatisticsCollector, merge
+
+
+def _row(name: str, count: int, last: int, batch: int = 1) -> dict[str, Any]:
+    duration = {"count": count, "ns": 10 * count}
+    return {
+        "name": name,
+        "version": "1",
+        "last_inference": last,
+        "inference_count": count,
+        "execution_count": count,
+        "inference_stats": {"success": duration, "queue": dict(duration)},
+        "batch_stats": [{"batch_size": batch, "compute_infer": dict(duration)}],
+        "memory_usage": [{"type": "CPU", "id": 0, "byte_size": 100}],
+        "latency_histogram": {"unit": "ns", "buckets": [[64, count]]},
+    }
+
+
+def test_rows_of_replicas_are_summed_per_model_version() -> None:
+    (a, b) = merge([[_row("a", 2, 50), _row("b", 1, 10)], [_row("a", 3, 70, batch=2)]])
+    assert a["name"] == "a" and a["version"] == "1" and b["inference_count"] == 1
+    assert a["inference_count"] == 5 and a["last_inference"] == 70
+    assert a["inference_stats"]["success"] == {"count": 5, "ns": 50}
+    assert [s["batch_size"] for s in a["batch_stats"]] == [1, 2]
+    assert a["memory_usage"] == [{"type": "CPU", "id": 0, "byte_size": 200}]
+    assert a["latency_histogram"] == {"unit": "ns", "buckets": [[64, 5]]}
+
+
+def test_the_collector_keeps_what_stopped_replicas_counted(monkeypatch: Any) -> None:
+    collector = StatisticsCollector()
+    collector.report("r1", "dep", [_row("a", 2, 1)], final=False)
+    collector.report("r2", "dep", [_row("a", 3, 1)], final=False)
+    collector.report("r2", "dep", [_row("a", 4, 2)], final=True)  # scaled in: its last count stays
+    assert merge(collector.rows())[0]["inference_count"] == 6
+    monkeypatch.setattr(statistics, "SILENT_AFTER_S", -1.0)  # r1 went silent (killed): its last report stays
+    assert merge(collector.rows())[0]["inference_count"] == 6
+    collector.forget("dep")  # deleted (unloaded): its counts go with it
+    assert collector.rows() == []
