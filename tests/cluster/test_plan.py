@@ -51,12 +51,24 @@ def test_groups_defaults_and_the_long_tail() -> None:
     [
         ([], "must be a mapping"),
         ({"deploy": {}}, "unknown key(s) deploy"),
-        ({"deployments": {"g": {"models": ["zz"]}}}, "names model 'zz', which is not in the model repositories"),
-        ({"deployments": {"g": {"models": ["a"]}, "h": {"models": ["a"]}}}, "model 'a' is in two deployments"),
+        (
+            {"deployments": {"g": {"models": ["zz"]}}},
+            "names model 'zz', which is not in the model repositories",
+        ),
+        (
+            {"deployments": {"g": {"models": ["a"]}, "h": {"models": ["a"]}}},
+            "model 'a' is in two deployments",
+        ),
         ({"deployments": {"g": {"models": []}}}, "'models' must be a non-empty list"),
         ({"deployments": {"g": {"models": ["*", "a"]}}}, "'*' stands for every other model"),
-        ({"deployments": {"g": {"models": ["*"]}, "h": {"models": ["*"]}}}, "only one deployment may take '*'"),
-        ({"deployments": {"g": {"models": ["a"], "num_replicas": 0}}}, "'num_replicas' must be a positive integer"),
+        (
+            {"deployments": {"g": {"models": ["*"]}, "h": {"models": ["*"]}}},
+            "only one deployment may take '*'",
+        ),
+        (
+            {"deployments": {"g": {"models": ["a"], "num_replicas": 0}}},
+            "'num_replicas' must be a positive integer",
+        ),
         (
             {"deployments": {"g": {"models": ["a"], "num_replicas": 1, "autoscaling": {}}}},
             "give 'num_replicas' or 'autoscaling', not both",
@@ -66,10 +78,16 @@ def test_groups_defaults_and_the_long_tail() -> None:
             "'min_replicas' (3) is above 'max_replicas' (2)",
         ),
         ({"deployments": {"g": {"models": ["a"], "autoscaling": {"speed": 1}}}}, "unknown key(s) speed"),
-        ({"deployments": {"g": {"models": ["a"], "actor": {"num_cpus": -1}}}}, "'num_cpus' must be a number >= 0"),
+        (
+            {"deployments": {"g": {"models": ["a"], "actor": {"num_cpus": -1}}}},
+            "'num_cpus' must be a number >= 0",
+        ),
         ({"deployments": {"g": {"models": ["a"], "actor": {"memory": "lots"}}}}, "size such as 512Mi"),
         ({"deployments": {"b": {"models": ["a"]}}}, "would get a deployment of its own named 'b'"),
-        ({"defaults": {"server": {"model_control_mode": "poll"}}}, "'model_control_mode' is set by the cluster"),
+        (
+            {"defaults": {"server": {"model_control_mode": "poll"}}},
+            "'model_control_mode' is set by the cluster",
+        ),
         ({"defaults": {"server": {"no_such_option": 1}}}, "unknown server option 'no_such_option'"),
     ],
 )

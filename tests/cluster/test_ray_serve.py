@@ -3,12 +3,14 @@ deployments, and tritonclient against the ingress, compared with a single modelh
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,7 @@ def build_repository(repo: Path) -> None:
     for name in ("a", "b", *POOL):
         _copy_model(EXAMPLES / "simple", repo, name)
     _copy_model(PYTHON_MODELS / "identity_delay", repo, "hot")
+    _copy_model(PYTHON_MODELS / "identity_delay", repo, "victim")
     shutil.copytree(PYTHON_MODELS / "repeat_decoupled", repo / "repeat_decoupled")
     # A model that cannot load: its deployment fails, the others serve.
     _copy_model(EXAMPLES / "simple", repo, "broken")
@@ -77,12 +80,41 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+RAY = str(Path(sys.executable).parent / "ray")
+# The test's cluster is this machine's alone: no token to share between the head and the ingress.
+RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+
+
 @pytest.fixture(scope="module")
-def cluster(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def head() -> Iterator[str]:
+    """A Ray cluster's head on this machine, as `ray start --head` runs one: what --address joins."""
+    (port,) = free_ports(1)
+    started = subprocess.run(
+        [
+            RAY,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=RAY_ENV,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield f"127.0.0.1:{port}"
+    subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, env=RAY_ENV)
+
+
+@pytest.fixture(scope="module")
+def cluster(head: str, repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     work = tmp_path_factory.mktemp("ray_ingress")
     deployments = work / "deployments.yaml"
     deployments.write_text(DEPLOYMENTS)
-    http_port, grpc_port = free_ports(2)
+    http_port, grpc_port, metrics_port = free_ports(3)
     log_path = work / "ingress.log"
     command = [
         sys.executable,
@@ -92,16 +124,18 @@ def cluster(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "serve",
         f"--model-repository={repository}",
         f"--deployments={deployments}",
-        "--num-cpus=2",
+        f"--address={head}",
         f"--http-port={http_port}",
         f"--grpc-port={grpc_port}",
+        f"--metrics-port={metrics_port}",
+        "--metrics-address=127.0.0.1",
         "--http-address=127.0.0.1",
         "--grpc-address=127.0.0.1",
         "--strict-readiness=false",  # the broken model's deployment fails on purpose
     ]
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    server = RunningServer(process, http_port, grpc_port, 0, log_path)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=RAY_ENV)
+    server = RunningServer(process, http_port, grpc_port, metrics_port, log_path)
     deadline = time.monotonic() + 240
     while not _http_ok(http_port, "/v2/health/ready"):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -109,7 +143,8 @@ def cluster(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             raise RuntimeError(f"the ingress did not start:\n{server.log()}")
         time.sleep(0.25)
     yield server
-    assert server.stop(signal.SIGTERM, timeout=90) == 0, server.log()
+    if server.process.poll() is None:  # the last test stops the head, and the ingress with it
+        server.stop(signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +285,9 @@ def test_multiplexed_pool_serves_more_models_than_it_holds(http: httpclient.Infe
     assert index["m1"]["replicas"] == 1
 
 
-def test_statistics_sum_the_replicas(http: httpclient.InferenceServerClient) -> None:
+def test_statistics_and_metrics_sum_the_replicas(
+    cluster: RunningServer, http: httpclient.InferenceServerClient
+) -> None:
     for _ in range(5):
         http.infer("b", _simple_inputs(httpclient))
 
@@ -259,6 +296,15 @@ def test_statistics_sum_the_replicas(http: httpclient.InferenceServerClient) -> 
         return bool(stats) and int(stats[0]["inference_count"]) >= 5
 
     _until(counted, 15, "b's five inferences in its statistics")
+
+    def metric() -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{cluster.metrics_port}/metrics", timeout=10) as page:
+            for line in page.read().decode().splitlines():
+                if line.startswith('nv_inference_request_success{model="b",version="1"}'):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    assert metric() >= 5
     with pytest.raises(InferenceServerException) as e:
         http.get_inference_statistics("nope")
     assert e.value.status() == "404"
@@ -318,3 +364,65 @@ def test_one_model_scales_out_under_load_and_back(
             thread.join()
     assert not failures, failures
     _until(lambda: _index(http)["hot"].get("replicas") == 1, 90, "hot back at 1 replica once idle")
+
+
+def _delayed(delay_ms: int) -> list[httpclient.InferInput]:
+    data = httpclient.InferInput("INPUT0", [4], "FP32")
+    data.set_data_from_numpy(np.ones(4, dtype=np.float32))
+    delay = httpclient.InferInput("DELAY_MS", [1], "INT32")
+    delay.set_data_from_numpy(np.array([delay_ms], dtype=np.int32))
+    return [data, delay]
+
+
+def _replica_pids(deployment: str) -> list[int]:
+    """The processes of a deployment's replicas (Ray names them ray::ServeReplica:<application>:<deployment>)."""
+    found = subprocess.run(
+        ["pgrep", "-f", f"ServeReplica:{deployment}:models"], capture_output=True, text=True
+    )
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def test_a_killed_replica_fails_only_its_requests_and_is_replaced(
+    cluster: RunningServer, http: httpclient.InferenceServerClient
+) -> None:
+    (pid,) = _replica_pids("victim")
+    outcome: list[Any] = []
+
+    def slow() -> None:
+        client = httpclient.InferenceServerClient(cluster.http_url, network_timeout=60)
+        try:
+            outcome.append(client.infer("victim", _delayed(5000)))
+        except InferenceServerException as e:
+            outcome.append(e)
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    time.sleep(1.0)  # the request is in the replica, sleeping
+    os.kill(pid, signal.SIGKILL)
+    thread.join(60)
+    (failed,) = outcome
+    assert isinstance(failed, InferenceServerException), failed
+    assert failed.status() == "503" and "did not answer" in str(failed)
+    assert http.infer("b", _simple_inputs(httpclient)).as_numpy("OUTPUT0") is not None  # the others serve
+
+    def replaced() -> bool:
+        try:
+            return http.infer("victim", _delayed(0)).as_numpy("OUTPUT0") is not None
+        except InferenceServerException:
+            return False
+
+    _until(replaced, 120, "victim served again by a new replica")
+    assert _replica_pids("victim") != [pid]
+
+
+def test_the_head_going_away_stops_the_ingress_with_an_error(cluster: RunningServer) -> None:
+    """Last: it stops the cluster."""
+    subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, env=RAY_ENV)
+    try:
+        code = cluster.process.wait(60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the ingress hangs without its cluster:\n{cluster.log()}") from None
+    assert code == 1
+    assert "lost the Ray cluster" in cluster.log()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelhost.cluster import statistics
-from modelhost.cluster.statistics import StatisticsCollector, merge
+from modelhost.cluster.statistics import StatisticsCollector, merge, merge_metrics
 
 
 def _row(name: str, count: int, last: int, batch: int = 1) -> dict[str, Any]:
@@ -35,11 +35,40 @@ def test_rows_of_replicas_are_summed_per_model_version() -> None:
 
 def test_the_collector_keeps_what_stopped_replicas_counted(monkeypatch: Any) -> None:
     collector = StatisticsCollector()
-    collector.report("r1", "dep", [_row("a", 2, 1)], final=False)
-    collector.report("r2", "dep", [_row("a", 3, 1)], final=False)
-    collector.report("r2", "dep", [_row("a", 4, 2)], final=True)  # scaled in: its last count stays
-    assert merge(collector.rows())[0]["inference_count"] == 6
+    collector.report("r1", "dep", [_row("a", 2, 1)], "", final=False)
+    collector.report("r2", "dep", [_row("a", 3, 1)], "", final=False)
+    collector.report("r2", "dep", [_row("a", 4, 2)], "", final=True)  # scaled in: its last count stays
+
+    def count() -> int:
+        return int(merge(r.rows for r in collector.reports())[0]["inference_count"])
+
+    assert count() == 6
     monkeypatch.setattr(statistics, "SILENT_AFTER_S", -1.0)  # r1 went silent (killed): its last report stays
-    assert merge(collector.rows())[0]["inference_count"] == 6
+    assert count() == 6
     collector.forget("dep")  # deleted (unloaded): its counts go with it
-    assert collector.rows() == []
+    assert collector.reports() == []
+
+
+def test_metrics_pages_are_summed_by_series() -> None:
+    page = """# HELP nv_inference_count Number of inferences
+# TYPE nv_inference_count counter
+nv_inference_count{model="a",version="1"} 3
+nv_inference_count{model="b",version="1"} 1
+# HELP nv_inference_queue_summary_us Summary
+# TYPE nv_inference_queue_summary_us summary
+nv_inference_queue_summary_us_count{model="a",version="1"} 3
+nv_inference_queue_summary_us_sum{model="a",version="1"} 1.5
+nv_inference_queue_summary_us{model="a",version="1",quantile="0.5"} 0.4
+"""
+    other = page.replace("} 3", "} 4").replace("1.5", "2.25")
+    merged = merge_metrics([page, other]).splitlines()
+    assert merged.count("# TYPE nv_inference_count counter") == 1
+    assert 'nv_inference_count{model="a",version="1"} 7' in merged
+    assert 'nv_inference_count{model="b",version="1"} 2' in merged
+    assert 'nv_inference_queue_summary_us_count{model="a",version="1"} 7' in merged
+    assert 'nv_inference_queue_summary_us_sum{model="a",version="1"} 3.75' in merged
+    assert not any("quantile" in line for line in merged)
+    assert merged.index("# TYPE nv_inference_queue_summary_us summary") < merged.index(
+        'nv_inference_queue_summary_us_count{model="a",version="1"} 7'
+    )
+    assert merge_metrics([]) == ""

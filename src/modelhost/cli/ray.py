@@ -62,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-address", default="0.0.0.0")
     serve.add_argument("--grpc-port", type=int, default=8001)
     serve.add_argument("--allow-grpc", type=_flag, default=True, metavar="BOOL")
+    serve.add_argument("--metrics-address", default="0.0.0.0")
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument("--allow-metrics", type=_flag, default=True, metavar="BOOL")
     serve.add_argument(
         "--strict-readiness",
         type=_flag,
@@ -100,12 +103,14 @@ def main(argv: Sequence[str]) -> int:
         http_port=args.http_port if args.allow_http else None,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port if args.allow_grpc else None,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port if args.allow_metrics else None,
         strict_readiness=args.strict_readiness,
     )
     logging.getLogger("modelhost").info("serving %s on Ray", ", ".join(args.model_repository))
-    try:
-        import uvloop
+    import uvloop
 
+    try:
         return int(uvloop.run(serve(plan, settings)))
     except KeyboardInterrupt:
         return 130

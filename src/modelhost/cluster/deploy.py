@@ -10,13 +10,14 @@ deleted without touching the others. Ray Serve's own HTTP proxy stays off: model
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from modelhost.cluster.plan import ClusterPlan, DeploymentSpec
 from modelhost.cluster.replica import ModelReplica, ReplicaSettings, multiplexed_replica
-from modelhost.cluster.statistics import StatisticsCollector
+from modelhost.cluster.statistics import Report, StatisticsCollector
 
 log = logging.getLogger("modelhost.cluster")
 
@@ -25,6 +26,8 @@ STATISTICS_ACTOR = "modelhost-statistics"
 # How long a deployment may take to start its replicas (their models load in them) before it counts as failed.
 DEPLOY_TIMEOUT_S = 600.0
 _POLL_S = 0.25
+# How long the head of a cluster given by address may take to accept a connection.
+CONNECT_TIMEOUT_S = 10.0
 
 
 class ClusterError(RuntimeError):
@@ -51,6 +54,8 @@ class Cluster:
         """Join the cluster at `address` ("auto": the one on this machine), or start a local one (None)."""
         import ray
 
+        if address not in (None, "auto", "local") and not address.startswith("ray://"):
+            _check_reachable(address)  # Ray itself retries an unreachable head for minutes
         try:
             ray.init(
                 address=address,
@@ -154,13 +159,14 @@ class Cluster:
 
         return serve.get_app_handle(name)
 
-    def collected_statistics(self) -> list[list[dict[str, Any]]]:
+    def reports(self) -> list[Report]:
+        """Every replica's last statistics and metrics (cluster.statistics)."""
         import ray
 
         if self.collector is None:
             return []
-        rows: list[list[dict[str, Any]]] = ray.get(self.collector.rows.remote())
-        return rows
+        reports: list[Report] = ray.get(self.collector.reports.remote())
+        return reports
 
     def shutdown(self, names: list[str]) -> None:
         """Delete what this ingress deployed, then leave the cluster (a local one stops with it)."""
@@ -175,6 +181,19 @@ class Cluster:
         if self.collector is not None:
             ray.kill(self.collector)
         ray.shutdown()
+
+
+def _check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(f"the Ray cluster address '{address}' is not host:port (or 'auto')")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as e:
+        raise ClusterError(
+            f"cannot reach the Ray cluster at {address}: {e.strerror or e} (is its head running? `ray status`)"
+        ) from None
 
 
 def _running(app: Any) -> int:

@@ -25,7 +25,7 @@ from modelhost import TRITON_COMPAT_VERSION
 from modelhost.cluster.deploy import Cluster
 from modelhost.cluster.plan import DeploymentSpec
 from modelhost.cluster.replica import Failure
-from modelhost.cluster.statistics import merge
+from modelhost.cluster.statistics import merge, merge_metrics
 from modelhost.engine_api import CallContext, ModelSignature, ShmKind
 from modelhost.errors import (
     InvalidArgument,
@@ -219,12 +219,19 @@ class ClusterEngine:
     async def statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         if name:
             self._route(name)
-        rows = merge(await asyncio.to_thread(self._cluster.collected_statistics))
+        reports = await asyncio.to_thread(self._cluster.reports)
+        rows = merge(report.rows for report in reports)
         served = {m for m, spec in self._routes.items() if spec.name not in self._failures}
         rows = [r for r in rows if r.get("name") in served]
         if name:
             rows = [r for r in rows if r.get("name") == name and (not version or r.get("version") == version)]
         return rows
+
+    async def metrics_page(self) -> bytes:
+        """The cluster's /metrics page: the replicas' nv_* samples summed (not part of EngineAPI: only the
+        ingress's metrics port asks)."""
+        reports = await asyncio.to_thread(self._cluster.reports)
+        return merge_metrics(report.page for report in reports).encode()
 
     async def logging_settings(self, changes: dict[str, Any] | None = None) -> dict[str, Any]:
         raise Unsupported("the logging extension is not available on a Ray cluster")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from dataclasses import dataclass, field
 
@@ -18,11 +19,18 @@ from modelhost.cluster.deploy import Cluster, ClusterError
 from modelhost.cluster.engine import ClusterEngine
 from modelhost.cluster.plan import ClusterPlan
 from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
-from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
+from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
+from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.options import ServerOptions
 
 log = logging.getLogger("modelhost.cluster")
+
+# How often the ingress checks that the Ray cluster answers, and after how many misses in a row it gives up.
+WATCH_INTERVAL_S = 2.0
+WATCH_MISSES = 3
+# The exit code once the cluster is gone.
+CLUSTER_LOST = 1
 
 
 @dataclass
@@ -33,6 +41,8 @@ class IngressSettings:
     http_port: int | None = 8000  # None: off; 0: any free port
     grpc_address: str = "0.0.0.0"
     grpc_port: int | None = 8001
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int | None = 8002
     strict_readiness: bool = True
     # Filled in once serving: the ports bound (a port of 0 asked for any).
     bound: dict[str, int] = field(default_factory=dict)
@@ -51,6 +61,7 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
     http_server: asyncio.Server | None = None
     connections: set[HttpProtocol] = set()
     grpc_server: GrpcServer | None = None
+    metrics_server: asyncio.Server | None = None
     try:
         log.info("deploying %d deployment(s) onto Ray Serve", len(plan.deployments))
         failures = await engine.deploy_plan()
@@ -73,6 +84,10 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
             grpc_server = GrpcServer(engine, grpc_limits(defaults), {}, "")
             settings.bound["grpc"] = await grpc_server.start(settings.grpc_address, settings.grpc_port)
             log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.bound["grpc"])
+        if settings.metrics_port is not None:
+            metrics_server = await _start_metrics(engine, settings.metrics_address, settings.metrics_port)
+            settings.bound["metrics"] = int(metrics_server.sockets[0].getsockname()[1])
+            log.info("Started Metrics Service at %s:%d", settings.metrics_address, settings.bound["metrics"])
     except OSError as e:
         log.error("failed to start the ingress: %s", e)
         stop.set()
@@ -81,14 +96,59 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     code = 0 if http_server is not None or grpc_server is not None else 1
+    lost = asyncio.Event()
+    watch = asyncio.create_task(_watch_cluster(cluster, lost, stop))
     await stop.wait()
-    log.info("stopping: deleting %d deployment(s)", len(engine.deployment_names))
+    watch.cancel()
     engine.accepting = False
-    if http_server is not None:
-        http_server.close()
+    for server in (http_server, metrics_server):
+        if server is not None:
+            server.close()
     for connection in list(connections):
         connection.close_if_idle()
     if grpc_server is not None:
         await grpc_server.stop(grace=1.0)
+    if lost.is_set():
+        # Nothing is left to delete, and this process cannot end normally: the worker threads still in Ray's
+        # calls (which the loop's shutdown joins) and Ray's exit handlers wait for the head for a minute or more.
+        logging.shutdown()
+        os._exit(CLUSTER_LOST)
+    log.info("stopping: deleting %d deployment(s)", len(engine.deployment_names))
     await asyncio.to_thread(cluster.shutdown, engine.deployment_names)
     return code
+
+
+async def _start_metrics(engine: ClusterEngine, host: str, port: int) -> asyncio.Server:
+    """/metrics: the replicas' nv_* families, summed over the replicas of each model."""
+
+    async def handle(request: HttpRequest) -> HttpResponse:
+        if request.path != "/metrics":
+            return error_response(404, "Not Found")
+        if request.method != "GET":
+            return error_response(405, "Method Not Allowed")
+        page = await engine.metrics_page()
+        return HttpResponse(200, page, content_type="text/plain; charset=utf-8; version=0.0.4")
+
+    server, _ = await start_http_server(handle, host, port, HttpLimits(max_body=1 << 16))
+    return server
+
+
+async def _watch_cluster(cluster: Cluster, lost: asyncio.Event, stop: asyncio.Event) -> None:
+    """Stop with an error once the Ray cluster stops answering (its head gone), rather than serve errors."""
+    misses = 0
+    while True:
+        await asyncio.sleep(WATCH_INTERVAL_S)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(cluster.statuses), WATCH_INTERVAL_S)
+            misses = 0
+        except Exception as e:  # Ray's connection errors, or no answer in time
+            misses += 1
+            if misses >= WATCH_MISSES:
+                log.error(
+                    "lost the Ray cluster (no answer %d times: %s); exiting",
+                    misses,
+                    str(e) or type(e).__name__,
+                )
+                lost.set()
+                stop.set()
+                return

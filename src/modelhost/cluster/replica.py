@@ -193,8 +193,10 @@ class ModelReplica:
         if self._collector is None:
             return
         try:
-            rows = await self._engine_call(self._server.engine.statistics())
-            await self._collector.report.remote(self._replica_id, self._settings.deployment, rows, final)
+            rows, page = await self._engine_call(_statistics_and_metrics(self._server.engine))
+            await self._collector.report.remote(
+                self._replica_id, self._settings.deployment, rows, page, final
+            )
         except Exception as e:  # statistics never fail a replica
             log.debug("statistics report failed: %s", e)
 
@@ -204,6 +206,15 @@ class ModelReplica:
             self._reporter.cancel()
             await self._report(final=True)
         await asyncio.to_thread(self._server.stop)
+
+
+async def _statistics_and_metrics(engine: Any) -> tuple[list[dict[str, Any]], str]:
+    """The engine's statistics and its /metrics page (the nv_* families of its models), on the engine's loop."""
+    from modelhost.frontends.metrics import render
+
+    rows = await engine.statistics()
+    registry = engine.registry  # the Engine itself: the replica runs it in this process
+    return rows, render(registry.ready_models(), registry.services.custom_metrics).decode()
 
 
 def _replica_id() -> str:

@@ -1,17 +1,25 @@
-"""The cluster's statistics: every replica's, summed per model version, as one server would count them.
+"""The cluster's statistics and metrics: every replica's, summed per model version, as one server would count
+them.
 
 A Ray Serve call reaches one replica, so the ingress cannot ask each. Instead every replica reports its engine's
 statistics (Triton's statistics JSON) to one named actor, `StatisticsCollector`, every
 `replica.REPORT_INTERVAL_S`; the ingress reads the collector and sums. A replica that stops (scaled in, updated,
 killed) keeps its last report in the sums, so counts never go back; deleting a deployment (unloading its models)
-forgets its replicas.
+forgets its replicas. The `/metrics` page is summed the same way: each replica reports its own page (the nv_*
+families of its models) and the ingress adds up the samples of each series (`merge_metrics`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class Report(NamedTuple):
+    rows: list[dict[str, Any]]  # Triton's statistics JSON, a row per model version
+    page: str  # the replica's /metrics page
+
 
 # A replica silent this long is taken as gone: its last report moves to the retired sums.
 SILENT_AFTER_S = 10.0
@@ -21,17 +29,21 @@ class StatisticsCollector:
     """A Ray actor (named, one per cluster ingress) holding each replica's last statistics."""
 
     def __init__(self) -> None:
-        # replica id -> (deployment, when reported, rows)
-        self._live: dict[str, tuple[str, float, list[dict[str, Any]]]] = {}
-        # deployment -> rows of replicas that stopped
-        self._retired: dict[str, list[list[dict[str, Any]]]] = {}
+        # replica id -> (deployment, when reported, report)
+        self._live: dict[str, tuple[str, float, Report]] = {}
+        # deployment -> reports of replicas that stopped
+        self._retired: dict[str, list[Report]] = {}
 
-    def report(self, replica: str, deployment: str, rows: list[dict[str, Any]], final: bool) -> None:
+    def report(
+        self, replica: str, deployment: str, rows: list[dict[str, Any]], page: str, final: bool
+    ) -> None:
+        """A replica's statistics rows and /metrics page (`final`: its last, as it stops)."""
+        report = Report(rows, page)
         if final:
             self._live.pop(replica, None)
-            self._retired.setdefault(deployment, []).append(rows)
+            self._retired.setdefault(deployment, []).append(report)
         else:
-            self._live[replica] = (deployment, time.monotonic(), rows)
+            self._live[replica] = (deployment, time.monotonic(), report)
 
     def forget(self, deployment: str) -> None:
         """The deployment was deleted: its counts go with it (as an unloaded model's do)."""
@@ -39,15 +51,15 @@ class StatisticsCollector:
         for replica in [r for r, (d, _, _) in self._live.items() if d == deployment]:
             del self._live[replica]
 
-    def rows(self) -> list[list[dict[str, Any]]]:
-        """Every replica's last rows, live and retired."""
+    def reports(self) -> list[Report]:
+        """Every replica's last report, live and retired."""
         now = time.monotonic()
-        for replica, (deployment, when, rows) in list(self._live.items()):
+        for replica, (deployment, when, report) in list(self._live.items()):
             if now - when > SILENT_AFTER_S:
                 del self._live[replica]
-                self._retired.setdefault(deployment, []).append(rows)
-        return [rows for _, _, rows in self._live.values()] + [
-            rows for retired in self._retired.values() for rows in retired
+                self._retired.setdefault(deployment, []).append(report)
+        return [report for _, _, report in self._live.values()] + [
+            report for retired in self._retired.values() for report in retired
         ]
 
 
@@ -115,3 +127,51 @@ def _by_batch(by_key: dict[Any, Any]) -> list[Any]:
         return [by_key[k] for k in sorted(by_key)]
     except TypeError:
         return list(by_key.values())
+
+
+def merge_metrics(pages: Iterable[str]) -> str:
+    """Prometheus pages of several replicas as one: each series' samples summed (counters, and gauges such as
+    pending requests or memory, which add up over replicas), families in the order first seen. Summary quantiles
+    cannot be summed and are left out (their _sum and _count are kept)."""
+    headers: dict[str, list[str]] = {}
+    samples: dict[str, dict[str, float]] = {}
+    for page in pages:
+        for line in page.splitlines():
+            if not line.strip():
+                continue
+            if line.startswith("#"):
+                parts = line.split(" ", 3)
+                if len(parts) >= 3:
+                    family = parts[2]
+                    kept = headers.setdefault(family, [])
+                    if line not in kept:
+                        kept.append(line)
+                    samples.setdefault(family, {})
+                continue
+            series, _, value = line.rpartition(" ")
+            if 'quantile="' in series:
+                continue
+            family = _family(series, headers)
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            kept_samples = samples.setdefault(family, {})
+            kept_samples[series] = kept_samples.get(series, 0.0) + number
+    lines: list[str] = []
+    for family, summed in samples.items():
+        lines.extend(headers.get(family, []))
+        lines.extend(f"{name} {_number(value)}" for name, value in summed.items())
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _family(series: str, headers: dict[str, list[str]]) -> str:
+    name = series.split("{", 1)[0]
+    for suffix in ("_count", "_sum", "_bucket"):
+        if name.endswith(suffix) and name.removesuffix(suffix) in headers:
+            return name.removesuffix(suffix)
+    return name
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
