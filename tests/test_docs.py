@@ -21,6 +21,7 @@ from modelhost.backends.tensorrt.convert import build_parser as convert_parser
 from modelhost.cli.docs import flags_markdown
 from modelhost.cli.flags import FLAGS_BY_NAME, Status
 from modelhost.cli.main import serve_parser
+from modelhost.cli.ray import serve_parser as ray_serve_parser
 from modelhost.compatibility.page import EVERY_METRIC, metric_items
 from modelhost.compatibility.surface import State
 from modelhost.frontends.http import routes
@@ -121,7 +122,7 @@ def _lines() -> Iterator[tuple[Path, str]]:
 
 def _known_flags() -> set[str]:
     known = {f"--{name}" for name in FLAGS_BY_NAME}
-    for parser in (serve_parser(), perf_parser(), tune_parser(), convert_parser()):
+    for parser in (serve_parser(), ray_serve_parser(), perf_parser(), tune_parser(), convert_parser()):
         known |= {option for action in parser._actions for option in action.option_strings}
     scripts = [*(ROOT / "benchmarks").glob("*.py"), ROOT / "scripts" / "triton_qa" / "cli.py"]
     for script in scripts:  # the benchmark scripts and tools the docs tell to run

@@ -38,6 +38,18 @@ def parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve", help="Deploy a model repository and serve it.", description=DESCRIPTION
     )
+    _serve_options(serve)
+    return top
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    """The options of `modelhost ray serve` alone (what the docs' checks read)."""
+    serve = _Parser(prog="modelhost ray serve", description=DESCRIPTION, allow_abbrev=False)
+    _serve_options(serve)
+    return serve
+
+
+def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--model-repository",
         action="append",
@@ -73,7 +85,6 @@ def parser() -> argparse.ArgumentParser:
         help="Ready only while every deployment runs (true), or whenever the ingress serves (false).",
     )
     serve.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL")
-    return top
 
 
 def main(argv: Sequence[str]) -> int:

@@ -760,6 +760,15 @@ FEATURES: tuple[Item, ...] = (
         test="tests/deploy/test_helm_autoscaling.py::test_replicas_rise_under_load_and_fall_back_when_idle",
     ),
     Item(
+        "Beyond Triton: per-model scaling on a Ray cluster",
+        State.PARTLY,
+        "`modelhost ray serve`: each model or group a Ray Serve deployment, a multiplexed pool for the long tail, "
+        "one HTTP/gRPC address; not yet: autoscaling on queue time, ensembles across deployments, a KubeRay "
+        "RayService example",
+        "ray.md",
+        test="tests/cluster/test_ray_serve.py::test_one_model_scales_out_under_load_and_back",
+    ),
+    Item(
         "KServe ServingRuntime",
         State.SUPPORTED,
         "`deploy/kserve/`",
