@@ -35,6 +35,7 @@ from modelhost.errors import (
     Unsupported,
     error_from,
 )
+from modelhost.transport.client import EngineGone, RemoteEngine, connect
 from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.cluster")
@@ -70,6 +71,10 @@ class ClusterEngine:
         # Config overrides of models loaded with one (kept for the replicas Ray starts later).
         self._overrides: dict[str, str] = {}
         self._handles: dict[str, Any] = {}
+        # modelhost's link to each replica of a deployment (its engine over TCP), by deployment and replica: the
+        # inference path. Ray's handle serves until a replica's first report gives its address, and always for
+        # a multiplexed pool (whose routing by loaded model is Ray's).
+        self._links: dict[str, dict[str, RemoteEngine]] = {}
         self._control = asyncio.Lock()
         self.live = True
         self.accepting = True
@@ -92,6 +97,8 @@ class ClusterEngine:
         self._handles.pop(spec.name, None)
 
     def _remove(self, spec: DeploymentSpec) -> None:
+        for link in self._links.pop(spec.name, {}).values():
+            link.close()
         self._deployments.pop(spec.name, None)
         self._failures.pop(spec.name, None)
         self._handles.pop(spec.name, None)
@@ -121,6 +128,48 @@ class ClusterEngine:
         elif stream:
             handle = handle.options(stream=True)
         return handle
+
+    def _link(self, spec: DeploymentSpec) -> RemoteEngine | None:
+        """The deployment's least busy link, if any."""
+        links = self._links.get(spec.name)
+        if not links:
+            return None
+        best: RemoteEngine | None = None
+        for link in links.values():
+            if link.connected and (best is None or link.in_flight < best.in_flight):
+                best = link
+        return best
+
+    async def refresh_links(self) -> None:
+        """Open links to the replicas that reported an address, close those to replicas gone."""
+        reports = await asyncio.to_thread(self._cluster.reports)
+        wanted: dict[str, dict[str, str]] = {}
+        for report in reports:
+            spec = self._deployments.get(report.deployment)
+            if report.link and spec is not None and not spec.multiplexed:
+                wanted.setdefault(report.deployment, {})[report.replica] = report.link
+        for deployment, links in list(self._links.items()):
+            for replica, link in list(links.items()):
+                if replica not in wanted.get(deployment, {}) or not link.connected:
+                    del links[replica]
+                    link.close()
+        for deployment, addresses in wanted.items():
+            links = self._links.setdefault(deployment, {})
+            for replica, address in addresses.items():
+                if replica in links:
+                    continue
+                try:
+                    links[replica] = await connect(address, lambda: None, lambda changes: None)
+                except OSError as e:  # a replica stopping: the next report says so
+                    log.debug("no link to replica %s of '%s' at %s: %s", replica, deployment, address, e)
+
+    async def refresh_links_forever(self, interval: float) -> None:
+        while True:
+            try:
+                await self.refresh_links()
+            except Exception as e:  # Ray unreachable for a moment: the cluster watch decides
+                log.debug("refreshing the replicas' links failed: %s", e)
+            await asyncio.sleep(interval)
 
     async def _call(self, model: str, method: str, *args: Any) -> Any:
         spec = self._route(model)
@@ -182,6 +231,14 @@ class ClusterEngine:
 
     async def infer(self, request: InferenceRequest, context: CallContext | None = None) -> InferenceResponse:
         spec = self._route(request.model_name)
+        link = self._link(spec)
+        if link is not None:
+            try:
+                return await link.infer(_portable(request))
+            except EngineGone:
+                raise Unavailable(
+                    f"the deployment serving '{request.model_name}' did not answer: its replica went away"
+                ) from None
         try:
             answer = await self._handle(spec, request.model_name).infer.remote(_portable(request))
         except Exception as e:
@@ -195,6 +252,16 @@ class ClusterEngine:
         self, request: InferenceRequest, context: CallContext | None = None
     ) -> AsyncIterator[InferenceResponse]:
         spec = self._route(request.model_name)
+        link = self._link(spec)
+        if link is not None:
+            try:
+                async for response in link.infer_stream(_portable(request)):
+                    yield response
+            except EngineGone:
+                raise Unavailable(
+                    f"the deployment serving '{request.model_name}' did not answer: its replica went away"
+                ) from None
+            return
         stream = self._handle(spec, request.model_name, stream=True).infer_stream.remote(_portable(request))
         try:
             async for item in stream:

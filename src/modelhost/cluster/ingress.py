@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from modelhost.cluster.deploy import Cluster, ClusterError
 from modelhost.cluster.engine import ClusterEngine
 from modelhost.cluster.plan import ClusterPlan
+from modelhost.cluster.replica import REPORT_INTERVAL_S
 from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol, http_limits, start_http_server
@@ -98,8 +99,10 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
     code = 0 if http_server is not None or grpc_server is not None else 1
     lost = asyncio.Event()
     watch = asyncio.create_task(_watch_cluster(cluster, lost, stop))
+    links = asyncio.create_task(engine.refresh_links_forever(REPORT_INTERVAL_S))
     await stop.wait()
     watch.cancel()
+    links.cancel()
     engine.accepting = False
     for server in (http_server, metrics_server):
         if server is not None:

@@ -102,7 +102,12 @@ class DeploymentSpec:
         if self.num_replicas is not None:
             options["num_replicas"] = self.num_replicas
         else:
-            options["autoscaling_config"] = dict(self.autoscaling)
+            # Ray's policy on the requests the replicas' engines hold (cluster.autoscaling): the ingress's
+            # inference reaches them over modelhost's link, which Ray's own count does not see.
+            options["autoscaling_config"] = {
+                **self.autoscaling,
+                "policy": {"policy_function": "modelhost.cluster.autoscaling:policy"},
+            }
         return options
 
 

@@ -30,6 +30,8 @@ log = logging.getLogger("modelhost.cluster")
 T = TypeVar("T")
 # How often a replica reports its statistics to the collector (what the cluster's statistics lag by at most).
 REPORT_INTERVAL_S = 1.0
+# The custom autoscaling metric each replica reports (cluster.autoscaling reads it).
+ONGOING_METRIC = "modelhost_ongoing_requests"
 # The engine calls the ingress may make of a replica besides infer and infer_stream.
 CALLS = frozenset(
     {
@@ -99,6 +101,9 @@ class ModelReplica:
         try:
             for name in self._initial_models():
                 self._server.load(name, settings.overrides.get(name))
+            # The ingress's inference path: modelhost's own link (the one frontend processes use) over TCP,
+            # beside Ray's handle, which costs milliseconds a call.
+            self.link_address = self._server.call(_open_link(self._server.engine, _node_address()))
         except BaseException:
             self._server.stop()
             raise  # Ray retries the replica, then reports the deployment failed with this error
@@ -164,6 +169,11 @@ class ModelReplica:
         # The configuration is a protobuf message, which does not pickle: it crosses in its wire form.
         return result.SerializeToString() if method == "model_config" else result
 
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Ray Serve's custom autoscaling metric: the requests in this replica's engine (queued or running),
+        those that came over the link included, which Ray's own count of ongoing requests does not see."""
+        return {ONGOING_METRIC: float(getattr(self._server.engine, "in_flight", 0))}
+
     async def check_health(self) -> None:
         """Ray Serve's health check: a replica whose engine stopped is replaced."""
         if not self._server.running:
@@ -194,8 +204,9 @@ class ModelReplica:
             return
         try:
             rows, page = await self._engine_call(_statistics_and_metrics(self._server.engine))
+            link = "" if final else self.link_address
             await self._collector.report.remote(
-                self._replica_id, self._settings.deployment, rows, page, final
+                self._replica_id, self._settings.deployment, rows, page, link, final
             )
         except Exception as e:  # statistics never fail a replica
             log.debug("statistics report failed: %s", e)
@@ -215,6 +226,26 @@ async def _statistics_and_metrics(engine: Any) -> tuple[list[dict[str, Any]], st
     rows = await engine.statistics()
     registry = engine.registry  # the Engine itself: the replica runs it in this process
     return rows, render(registry.ready_models(), registry.services.custom_metrics).decode()
+
+
+async def _open_link(engine: Any, host: str) -> str:
+    """Serve the engine's link on a free TCP port of this node; its address."""
+    from modelhost.transport.server import EngineService
+
+    service = EngineService(engine, lambda hello: None)
+    await service.start(tcp_host=host)
+    service.opened.set()
+    return service.address
+
+
+def _node_address() -> str:
+    try:
+        import ray
+
+        util: Any = ray.util  # untyped
+        return str(util.get_node_ip_address())
+    except Exception:  # outside Ray (the unit tests)
+        return "127.0.0.1"
 
 
 def _replica_id() -> str:

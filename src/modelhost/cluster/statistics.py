@@ -19,6 +19,9 @@ from typing import Any, NamedTuple
 class Report(NamedTuple):
     rows: list[dict[str, Any]]  # Triton's statistics JSON, a row per model version
     page: str  # the replica's /metrics page
+    replica: str = ""
+    deployment: str = ""
+    link: str = ""  # where the replica's engine link listens ("": a replica that stopped)
 
 
 # A replica silent this long is taken as gone: its last report moves to the retired sums.
@@ -35,10 +38,10 @@ class StatisticsCollector:
         self._retired: dict[str, list[Report]] = {}
 
     def report(
-        self, replica: str, deployment: str, rows: list[dict[str, Any]], page: str, final: bool
+        self, replica: str, deployment: str, rows: list[dict[str, Any]], page: str, link: str, final: bool
     ) -> None:
-        """A replica's statistics rows and /metrics page (`final`: its last, as it stops)."""
-        report = Report(rows, page)
+        """A replica's statistics rows, /metrics page and link address (`final`: its last, as it stops)."""
+        report = Report(rows, page, replica, deployment, link)
         if final:
             self._live.pop(replica, None)
             self._retired.setdefault(deployment, []).append(report)
@@ -59,7 +62,7 @@ class StatisticsCollector:
                 del self._live[replica]
                 self._retired.setdefault(deployment, []).append(report)
         return [report for _, _, report in self._live.values()] + [
-            report for retired in self._retired.values() for report in retired
+            report._replace(link="") for retired in self._retired.values() for report in retired
         ]
 
 

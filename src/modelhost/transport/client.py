@@ -116,6 +116,11 @@ class RemoteEngine(FramedProtocol[EngineMessage]):
         if future is not None and not future.done():
             future.set_result(message)
 
+    def close(self) -> None:
+        """Close the link; calls in flight fail with EngineGone."""
+        if self.transport is not None:
+            self.transport.close()
+
     def hello(self, index: int, pid: int) -> None:
         self.send(Hello(index, pid))
 
@@ -276,7 +281,14 @@ class RemoteEngine(FramedProtocol[EngineMessage]):
 async def connect(
     address: str, on_lost: Callable[[], None], on_log_settings: Callable[[dict[str, Any]], object]
 ) -> RemoteEngine:
+    """The link to the engine at `address`: its Unix socket, or `host:port` (EngineService.start(tcp_host))."""
     loop = asyncio.get_running_loop()
+    if not address.startswith("\0"):
+        host, _, port = address.rpartition(":")
+        _, remote = await loop.create_connection(
+            lambda: RemoteEngine(on_lost, on_log_settings), host, int(port)
+        )  # asyncio and uvloop set TCP_NODELAY on the connections they make
+        return remote
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)  # uvloop takes no abstract-namespace address itself, but takes the socket

@@ -220,7 +220,9 @@ class EngineService:
         # The abstract socket namespace: nothing on disk to leak when the engine is killed.
         self.address = f"\0modelhost-engine-{os.getpid()}-{os.urandom(4).hex()}"
 
-    async def start(self) -> None:
+    async def start(self, tcp_host: str | None = None) -> None:
+        """Listen on the Unix socket, or with `tcp_host` on a free TCP port of that address (the replicas of a
+        Ray deployment, which the ingress reaches from another machine); `address` says where."""
         loop = asyncio.get_running_loop()
 
         def factory() -> EngineConnection:
@@ -228,6 +230,11 @@ class EngineService:
             self.connections.add(connection)
             return connection
 
+        if tcp_host is not None:
+            self._listener = await loop.create_server(factory, tcp_host, 0, backlog=128)
+            port = self._listener.sockets[0].getsockname()[1]
+            self.address = f"{tcp_host}:{port}"
+            return
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.address)  # uvloop takes no abstract-namespace address itself, but takes the socket
         self._listener = await loop.create_unix_server(factory, sock=sock, backlog=128)
