@@ -193,16 +193,21 @@ def test_calls_in_flight_fail_unavailable_when_the_engine_goes() -> None:
     linked(test)
 
 
-def test_the_link_over_tcp_carries_inference_and_closes() -> None:
-    """A Ray replica serves its engine's link on a TCP port for the ingress on another machine."""
+def test_the_link_over_tcp_asks_for_its_token_carries_inference_and_closes() -> None:
+    """A Ray replica serves its engine's link on a TCP port for the ingress on another machine, to whoever
+    presents the ingress's token."""
 
     async def main() -> None:
         fake = FakeEngine()
-        service = EngineService(cast(Engine, fake), lambda hello: None)
+        service = EngineService(cast(Engine, fake), lambda hello: None, token="secret")
         await service.start(tcp_host="127.0.0.1")
         service.opened.set()
         assert service.address.startswith("127.0.0.1:") and not service.address.endswith(":0")
-        remote = await connect(service.address, lambda: None, lambda changes: None)
+        stranger = await connect(service.address, lambda: None, lambda changes: None, token="guess")
+        with pytest.raises(EngineGone):  # closed without an answer
+            await stranger.infer(InferenceRequest(MODEL, inputs=[fp32("INPUT0", [1])]))
+        assert not fake.requests
+        remote = await connect(service.address, lambda: None, lambda changes: None, token="secret")
         try:
             response = await remote.infer(InferenceRequest(MODEL, "", "tcp", [fp32("INPUT0", [4, 5])]))
             assert response.id == "tcp" and response.outputs[0].data.tolist() == [4.0, 5.0]

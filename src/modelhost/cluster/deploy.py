@@ -10,6 +10,7 @@ deleted without touching the others. Ray Serve's own HTTP proxy stays off: model
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ class Cluster:
         # Bumped at each update of a deployment: a changed argument makes Ray replace its replicas.
         self._generation: dict[str, int] = {}
         self.collector: Any = None
+        # The secret the replicas' links ask of the ingress (its own, new at each start).
+        self.link_token = secrets.token_hex(16)
 
     def connect(self, address: str | None, num_cpus: int | None = None) -> None:
         """Join the cluster at `address` ("auto": the one on this machine), or start a local one (None)."""
@@ -90,6 +93,7 @@ class Cluster:
             statistics_actor=STATISTICS_ACTOR,
             namespace=NAMESPACE,
             generation=self._generation.get(spec.name, 0),
+            link_token=self.link_token,
         )
 
     def _application(self, spec: DeploymentSpec, overrides: dict[str, str]) -> Any:

@@ -159,7 +159,9 @@ class ClusterEngine:
                 if replica in links:
                     continue
                 try:
-                    links[replica] = await connect(address, lambda: None, lambda changes: None)
+                    links[replica] = await connect(
+                        address, lambda: None, lambda changes: None, self._cluster.link_token
+                    )
                 except OSError as e:  # a replica stopping: the next report says so
                     log.debug("no link to replica %s of '%s' at %s: %s", replica, deployment, address, e)
 

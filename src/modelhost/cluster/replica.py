@@ -77,6 +77,8 @@ class ReplicaSettings:
     namespace: str
     # Bumped to update the deployment (a changed argument makes Ray replace its replicas, old ones last).
     generation: int = 0
+    # What the ingress presents on the replicas' links (their TCP ports are open to the cluster's network).
+    link_token: str = ""
 
 
 class ModelReplica:
@@ -103,7 +105,9 @@ class ModelReplica:
                 self._server.load(name, settings.overrides.get(name))
             # The ingress's inference path: modelhost's own link (the one frontend processes use) over TCP,
             # beside Ray's handle, which costs milliseconds a call.
-            self.link_address = self._server.call(_open_link(self._server.engine, _node_address()))
+            self.link_address = self._server.call(
+                _open_link(self._server.engine, _node_address(), settings.link_token)
+            )
         except BaseException:
             self._server.stop()
             raise  # Ray retries the replica, then reports the deployment failed with this error
@@ -228,11 +232,11 @@ async def _statistics_and_metrics(engine: Any) -> tuple[list[dict[str, Any]], st
     return rows, render(registry.ready_models(), registry.services.custom_metrics).decode()
 
 
-async def _open_link(engine: Any, host: str) -> str:
-    """Serve the engine's link on a free TCP port of this node; its address."""
+async def _open_link(engine: Any, host: str, token: str) -> str:
+    """Serve the engine's link on a free TCP port of this node, to whoever presents `token`; its address."""
     from modelhost.transport.server import EngineService
 
-    service = EngineService(engine, lambda hello: None)
+    service = EngineService(engine, lambda hello: None, token)
     await service.start(tcp_host=host)
     service.opened.set()
     return service.address

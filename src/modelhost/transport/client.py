@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -279,15 +280,20 @@ class RemoteEngine(FramedProtocol[EngineMessage]):
 
 
 async def connect(
-    address: str, on_lost: Callable[[], None], on_log_settings: Callable[[dict[str, Any]], object]
+    address: str,
+    on_lost: Callable[[], None],
+    on_log_settings: Callable[[dict[str, Any]], object],
+    token: str = "",
 ) -> RemoteEngine:
-    """The link to the engine at `address`: its Unix socket, or `host:port` (EngineService.start(tcp_host))."""
+    """The link to the engine at `address`: its Unix socket, or `host:port` (EngineService.start(tcp_host)),
+    presenting `token` first."""
     loop = asyncio.get_running_loop()
     if not address.startswith("\0"):
         host, _, port = address.rpartition(":")
         _, remote = await loop.create_connection(
             lambda: RemoteEngine(on_lost, on_log_settings), host, int(port)
         )  # asyncio and uvloop set TCP_NODELAY on the connections they make
+        remote.send(Hello(-1, os.getpid(), token))
         return remote
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

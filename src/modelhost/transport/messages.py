@@ -48,10 +48,12 @@ class WireOutput(msgspec.Struct, array_like=True):
 
 
 class Hello(msgspec.Struct, tag=1, array_like=True):
-    """A frontend's first message, once its sockets listen."""
+    """A frontend's first message, once its sockets listen; over TCP (a Ray replica's link) the first message of
+    every connection, carrying the token the service was started with."""
 
     index: int
     pid: int
+    token: str = ""
 
 
 UNARY = 0

@@ -8,6 +8,7 @@ one of the `EngineAPI` methods in `API_METHODS`. Nothing here knows HTTP or gRPC
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import os
 import socket
@@ -94,8 +95,17 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
         self.service = service
         self.calls: dict[int, asyncio.Task[None]] = {}
         self.streams: set[int] = set()
+        # A service with a token serves a connection only after a Hello that carries it.
+        self.trusted = not service.token
 
     def received(self, message: FrontendMessage) -> None:
+        if not self.trusted:
+            if isinstance(message, Hello) and hmac.compare_digest(message.token, self.service.token):
+                self.trusted = True
+                return
+            log.warning("closed an engine link that did not present the token")
+            self._abort()
+            return
         if isinstance(message, Hello):
             self.service.hello(message)
             return
@@ -209,9 +219,11 @@ class EngineConnection(FramedProtocol[FrontendMessage]):
 class EngineService:
     """Listens for frontend processes on a Unix socket and serves their calls."""
 
-    def __init__(self, server: Engine, on_hello: Callable[[Hello], None]) -> None:
+    def __init__(self, server: Engine, on_hello: Callable[[Hello], None], token: str = "") -> None:
         self.server = server
         self.hello = on_hello
+        # What a connection's first Hello must carry (a TCP link, open to the network: see start).
+        self.token = token
         self.connections: set[EngineConnection] = set()
         # Calls wait until the whole server has started (gRPC and metrics too): a frontend that listens early
         # must not report the server ready before then.
