@@ -418,6 +418,53 @@ def test_a_killed_replica_fails_only_its_requests_and_is_replaced(
     assert _replica_pids("victim") != [pid]
 
 
+def test_an_attached_ingress_serves_deployments_made_by_others(
+    head: str, repository: Path, cluster: RunningServer, http: httpclient.InferenceServerClient
+) -> None:
+    """A second ingress with --attach (as beside a RayService) routes to the first one's deployments, refuses
+    model control, and deletes nothing when it stops. It has no link token: Ray's handles carry its requests."""
+    deployments = cluster.log_path.parent / "deployments.yaml"
+    port, grpc_port = free_ports(2)
+    log_path = cluster.log_path.parent / "attached.log"
+    command = [
+        sys.executable,
+        "-m",
+        "modelhost",
+        "ray",
+        "serve",
+        "--attach=true",
+        f"--model-repository={repository}",
+        f"--deployments={deployments}",
+        f"--address={head}",
+        f"--http-port={port}",
+        f"--grpc-port={grpc_port}",
+        "--allow-metrics=false",
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--strict-readiness=false",
+    ]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=RAY_ENV)
+    attached = RunningServer(process, port, grpc_port, 0, log_path)
+    try:
+        _until(
+            lambda: _http_ok(port, "/v2/health/ready") or process.poll() is not None, 120, "attached ready"
+        )
+        assert process.poll() is None, attached.log()
+        client = httpclient.InferenceServerClient(attached.http_url, network_timeout=60)
+        answer = client.infer("simple", _simple_inputs(httpclient))
+        assert np.array_equal(answer.as_numpy("OUTPUT1"), np.arange(16, dtype=np.int32).reshape(1, 16) - 1)
+        assert client.infer("m3", _simple_inputs(httpclient)).get_response()["model_name"] == "m3"
+        with pytest.raises(InferenceServerException) as e:
+            client.unload_model("simple")
+        assert "managed by whoever deployed them" in str(e.value)
+        assert "MODELHOST_LINK_TOKEN is not set" in attached.log()
+        client.close()
+    finally:
+        assert attached.stop(signal.SIGTERM, timeout=60) == 0, attached.log()
+    assert http.infer("simple", _simple_inputs(httpclient)).as_numpy("OUTPUT0") is not None  # still deployed
+
+
 def test_the_head_going_away_stops_the_ingress_with_an_error(cluster: RunningServer) -> None:
     """Last: it stops the cluster."""
     subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, env=RAY_ENV)

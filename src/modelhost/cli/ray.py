@@ -39,6 +39,11 @@ def parser() -> argparse.ArgumentParser:
         "serve", help="Deploy a model repository and serve it.", description=DESCRIPTION
     )
     _serve_options(serve)
+    config = commands.add_parser(
+        "config",
+        help="Print the Ray Serve config (a RayService's serveConfigV2) of a repository's deployments.",
+    )
+    _plan_options(config)
     return top
 
 
@@ -49,16 +54,28 @@ def serve_parser() -> argparse.ArgumentParser:
     return serve
 
 
-def _serve_options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument(
+def _plan_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--model-repository",
         action="append",
         required=True,
         metavar="PATH",
         help="A model repository (a path every Ray node can read, or s3://, gs://, as://); may be repeated.",
     )
-    serve.add_argument(
+    parser.add_argument(
         "--deployments", metavar="FILE", help="Which models share a deployment, replicas, resources (YAML)."
+    )
+
+
+def _serve_options(serve: argparse.ArgumentParser) -> None:
+    _plan_options(serve)
+    serve.add_argument(
+        "--attach",
+        type=_flag,
+        default=False,
+        metavar="BOOL",
+        help="Serve the deployments as deployed by others (a RayService from `modelhost ray config`): deploy "
+        "nothing, refuse model control.",
     )
     serve.add_argument(
         "--address",
@@ -92,6 +109,8 @@ def main(argv: Sequence[str]) -> int:
         args = parser().parse_args(list(argv))
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 0
+    if args.command == "config":
+        return _print_config(args)
     try:
         import ray  # noqa: F401 - only to say clearly that the extra is missing
     except ImportError:
@@ -117,6 +136,7 @@ def main(argv: Sequence[str]) -> int:
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port if args.allow_metrics else None,
         strict_readiness=args.strict_readiness,
+        attach=args.attach,
     )
     logging.getLogger("modelhost").info("serving %s on Ray", ", ".join(args.model_repository))
     import uvloop
@@ -125,3 +145,19 @@ def main(argv: Sequence[str]) -> int:
         return int(uvloop.run(serve(plan, settings)))
     except KeyboardInterrupt:
         return 130
+
+
+def _print_config(args: argparse.Namespace) -> int:
+    """`modelhost ray config`: the Serve config of the plan, as YAML, for a RayService or `serve deploy`."""
+    import yaml
+
+    from modelhost.cluster.apps import serve_config
+    from modelhost.cluster.plan import PlanError, read_plan
+
+    try:
+        plan = read_plan(args.model_repository, args.deployments)
+    except PlanError as e:
+        print(f"modelhost ray: error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    sys.stdout.write(yaml.safe_dump(serve_config(plan), sort_keys=False))
+    return 0

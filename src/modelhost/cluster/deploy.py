@@ -172,8 +172,9 @@ class Cluster:
         reports: list[Report] = ray.get(self.collector.reports.remote())
         return reports
 
-    def shutdown(self, names: list[str]) -> None:
-        """Delete what this ingress deployed, then leave the cluster (a local one stops with it)."""
+    def shutdown(self, names: list[str], keep_collector: bool = False) -> None:
+        """Delete what this ingress deployed (and the statistics collector, unless others' deployments report
+        to it), then leave the cluster (a local one stops with it)."""
         import ray
         from ray import serve
 
@@ -182,7 +183,7 @@ class Cluster:
                 serve.delete(name)
             except Exception as e:  # leaving anyway
                 log.warning("could not delete deployment '%s': %s", name, e)
-        if self.collector is not None:
+        if self.collector is not None and not keep_collector:
             ray.kill(self.collector)
         ray.shutdown()
 

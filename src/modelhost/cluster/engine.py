@@ -76,6 +76,8 @@ class ClusterEngine:
         # a multiplexed pool (whose routing by loaded model is Ray's).
         self._links: dict[str, dict[str, RemoteEngine]] = {}
         self._control = asyncio.Lock()
+        # Serving deployments made by someone else (attach_plan).
+        self.attached = False
         self.live = True
         self.accepting = True
 
@@ -89,6 +91,25 @@ class ClusterEngine:
             self._add(spec)
         self._failures.update(failures)
         return failures
+
+    async def attach_plan(self) -> None:
+        """Serve the plan's deployments as someone else deployed them (a RayService): nothing is deployed, model
+        control is refused, and a deployment serves while Ray Serve says its application runs."""
+        self.attached = True
+        for spec in self._cluster.plan.deployments:
+            self._add(spec)
+        await self._follow_statuses()
+
+    async def _follow_statuses(self) -> None:
+        statuses = await asyncio.to_thread(self._cluster.statuses)
+        for name in self._deployments:
+            status = statuses.get(name)
+            if status is not None and status.status == "RUNNING":
+                self._failures.pop(name, None)
+            else:
+                state = status.status.lower() if status is not None else "not deployed"
+                reason = status.message if status is not None and status.message else ""
+                self._failures[name] = f"application '{name}' is {state}" + (f": {reason}" if reason else "")
 
     def _add(self, spec: DeploymentSpec) -> None:
         self._deployments[spec.name] = spec
@@ -141,7 +162,10 @@ class ClusterEngine:
         return best
 
     async def refresh_links(self) -> None:
-        """Open links to the replicas that reported an address, close those to replicas gone."""
+        """Open links to the replicas that reported an address, close those to replicas gone (attached: follow
+        the applications' statuses too)."""
+        if self.attached:
+            await self._follow_statuses()
         reports = await asyncio.to_thread(self._cluster.reports)
         wanted: dict[str, dict[str, str]] = {}
         for report in reports:
@@ -346,7 +370,15 @@ class ClusterEngine:
                     rows[model]["replicas"] = status.replicas if status is not None else 0
         return [rows[name] for name in sorted(rows)]
 
+    def _check_control(self) -> None:
+        if self.attached:
+            raise Unsupported(
+                "the deployments are managed by whoever deployed them (a RayService's serveConfigV2, `serve "
+                "deploy`): load and unload models there"
+            )
+
     async def load_model(self, name: str, parameters: dict[str, Any], *, files_base64: bool) -> None:
+        self._check_control()
         if any(key.startswith("file:") for key in parameters):
             raise Unsupported(
                 "loading a model from files sent with the request is not available on a Ray cluster"
@@ -391,6 +423,7 @@ class ClusterEngine:
                 raise InvalidArgument(f"failed to load '{name}': {failure}")
 
     async def unload_model(self, name: str, parameters: dict[str, Any]) -> None:
+        self._check_control()
         async with self._control:
             spec = self._routes.get(name)
             if spec is None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from modelhost.cluster.deploy import Cluster, ClusterError
 from modelhost.cluster.engine import ClusterEngine
 from modelhost.cluster.plan import ClusterPlan
-from modelhost.cluster.replica import REPORT_INTERVAL_S
+from modelhost.cluster.replica import REPORT_INTERVAL_S, TOKEN_VARIABLE
 from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol, http_limits, start_http_server
@@ -45,12 +45,16 @@ class IngressSettings:
     metrics_address: str = "0.0.0.0"
     metrics_port: int | None = 8002
     strict_readiness: bool = True
+    # Route to the plan's applications as deployed by others (a RayService) instead of deploying them.
+    attach: bool = False
     # Filled in once serving: the ports bound (a port of 0 asked for any).
     bound: dict[str, int] = field(default_factory=dict)
 
 
 async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Event | None = None) -> int:
     cluster = Cluster(plan)
+    if settings.attach:  # the replicas were given the token by their environment, not by this ingress
+        cluster.link_token = os.environ.get(TOKEN_VARIABLE, "")
     try:
         await asyncio.to_thread(cluster.connect, settings.address, settings.num_cpus)
         await asyncio.to_thread(cluster.start)
@@ -64,15 +68,28 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
     grpc_server: GrpcServer | None = None
     metrics_server: asyncio.Server | None = None
     try:
-        log.info("deploying %d deployment(s) onto Ray Serve", len(plan.deployments))
-        failures = await engine.deploy_plan()
-        for spec in plan.deployments:
-            if spec.name in failures:
-                log.error(
-                    "deployment '%s' (%s) failed: %s", spec.name, ", ".join(spec.models), failures[spec.name]
+        if settings.attach:
+            await engine.attach_plan()
+            log.info("serving %d deployment(s) deployed by others", len(plan.deployments))
+            if not cluster.link_token:
+                log.warning(
+                    "%s is not set: inference goes through Ray Serve's handles (set the same value here and "
+                    "in the Ray containers for modelhost's link)",
+                    TOKEN_VARIABLE,
                 )
-            else:
-                log.info("deployment '%s' serves %s", spec.name, ", ".join(spec.models))
+        else:
+            log.info("deploying %d deployment(s) onto Ray Serve", len(plan.deployments))
+            failures = await engine.deploy_plan()
+            for spec in plan.deployments:
+                if spec.name in failures:
+                    log.error(
+                        "deployment '%s' (%s) failed: %s",
+                        spec.name,
+                        ", ".join(spec.models),
+                        failures[spec.name],
+                    )
+                else:
+                    log.info("deployment '%s' serves %s", spec.name, ", ".join(spec.models))
         defaults = ServerOptions()
         if settings.http_port is not None:
             routes = HttpRoutes(engine, defaults.http_max_input_size, {}, "", None)
@@ -116,8 +133,9 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
         # calls (which the loop's shutdown joins) and Ray's exit handlers wait for the head for a minute or more.
         logging.shutdown()
         os._exit(CLUSTER_LOST)
-    log.info("stopping: deleting %d deployment(s)", len(engine.deployment_names))
-    await asyncio.to_thread(cluster.shutdown, engine.deployment_names)
+    mine = [] if settings.attach else engine.deployment_names
+    log.info("stopping: deleting %d deployment(s)", len(mine))
+    await asyncio.to_thread(cluster.shutdown, mine, settings.attach)
     return code
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ log = logging.getLogger("modelhost.cluster")
 T = TypeVar("T")
 # How often a replica reports its statistics to the collector (what the cluster's statistics lag by at most).
 REPORT_INTERVAL_S = 1.0
+# Where the replicas of applications deployed by others (a RayService) find the links' token.
+TOKEN_VARIABLE = "MODELHOST_LINK_TOKEN"
 # The custom autoscaling metric each replica reports (cluster.autoscaling reads it).
 ONGOING_METRIC = "modelhost_ongoing_requests"
 # The engine calls the ingress may make of a replica besides infer and infer_stream.
@@ -105,8 +108,10 @@ class ModelReplica:
                 self._server.load(name, settings.overrides.get(name))
             # The ingress's inference path: modelhost's own link (the one frontend processes use) over TCP,
             # beside Ray's handle, which costs milliseconds a call.
-            self.link_address = self._server.call(
-                _open_link(self._server.engine, _node_address(), settings.link_token)
+            token = settings.link_token or os.environ.get(TOKEN_VARIABLE, "")
+            # Without a token (deployed by someone else, no variable set) no link: Ray's handle serves alone.
+            self.link_address = (
+                self._server.call(_open_link(self._server.engine, _node_address(), token)) if token else ""
             )
         except BaseException:
             self._server.stop()
@@ -192,14 +197,13 @@ class ModelReplica:
     async def _report_forever(self) -> None:
         import ray
 
-        try:
-            self._collector = ray.get_actor(
-                self._settings.statistics_actor, namespace=self._settings.namespace
-            )
-        except ValueError:
-            log.warning("no statistics collector '%s': this replica's statistics stay its own")
-            return
         while True:
+            if self._collector is None:
+                # The ingress makes the collector; one that attaches to deployments made by others may come later.
+                with contextlib.suppress(ValueError):
+                    self._collector = ray.get_actor(
+                        self._settings.statistics_actor, namespace=self._settings.namespace
+                    )
             await self._report(final=False)
             await asyncio.sleep(REPORT_INTERVAL_S)
 
