@@ -45,7 +45,17 @@ def test_the_config_is_one_application_per_deployment_that_ray_serve_accepts() -
 def test_autoscaled_deployments_name_modelhosts_policy() -> None:
     config = serve_config(plan_from(["/m"], {}, ["a"]))
     autoscaling = config["applications"][0]["deployments"][0]["autoscaling_config"]
-    assert autoscaling["policy"] == {"policy_function": "modelhost.cluster.autoscaling:policy"}
+    assert autoscaling["policy"] == {
+        "policy_function": "modelhost.cluster.autoscaling:Policy",
+        "policy_kwargs": {},
+    }
+    queued = plan_from(["/m"], {"defaults": {"autoscaling": {"target_queue_time_ms": 20}}}, ["a"])
+    autoscaling = serve_config(queued)["applications"][0]["deployments"][0]["autoscaling_config"]
+    assert "target_queue_time_ms" not in autoscaling  # modelhost's key goes to the policy, not to Ray
+    assert autoscaling["policy"]["policy_kwargs"] == {"target_queue_time_ms": 20}
+    from ray.serve.schema import ServeDeploySchema
+
+    ServeDeploySchema.model_validate(serve_config(queued))
 
 
 def test_the_builder_makes_the_application_and_refuses_unknown_args() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from modelhost.cluster.autoscaling import ongoing_requests
-from modelhost.cluster.replica import ONGOING_METRIC
+from modelhost.cluster.autoscaling import ongoing_requests, queue_load
+from modelhost.cluster.replica import ONGOING_METRIC, QUEUE_METRIC
 
 
 def test_the_engines_count_is_summed_over_replicas_and_wins_when_larger() -> None:
@@ -14,3 +14,12 @@ def test_the_engines_count_is_summed_over_replicas_and_wins_when_larger() -> Non
 def test_rays_count_wins_when_the_engines_have_not_reported() -> None:
     assert ongoing_requests(None, ray_count=5.0) == 5.0
     assert ongoing_requests({"other": {"r": 9.0}}, ray_count=1.0) == 1.0
+
+
+def test_a_queue_time_target_asks_for_replicas_in_proportion() -> None:
+    # Ray's policy asks for load / target_ongoing replicas: 2 replicas whose requests wait 30 ms for a 10 ms
+    # target ask for 6; waiting 5 ms, for 1; nothing reported, for none beyond the minimum.
+    waiting = {QUEUE_METRIC: {"replica-1": 20.0, "replica-2": 40.0}}
+    assert queue_load(waiting, replicas=2, target_ongoing=4, target_queue_ms=10) / 4 == 6
+    assert queue_load({QUEUE_METRIC: {"r": 5.0, "s": 5.0}}, 2, 4, 10) / 4 == 1
+    assert queue_load(None, 2, 4, 10) == 0

@@ -45,6 +45,16 @@ deployments:
       downscale_delay_s: 2
       metrics_interval_s: 0.5
       look_back_period_s: 1
+  hot_queue:
+    models: [hot_queue]
+    autoscaling:
+      min_replicas: 1
+      max_replicas: 2
+      target_queue_time_ms: 20
+      upscale_delay_s: 0.5
+      downscale_delay_s: 2
+      metrics_interval_s: 0.5
+      look_back_period_s: 1
   pool:
     models: [m1, m2, m3, m4, m5]
     max_models_per_replica: 2
@@ -66,6 +76,7 @@ def build_repository(repo: Path) -> None:
     for name in ("a", "b", *POOL):
         _copy_model(EXAMPLES / "simple", repo, name)
     _copy_model(PYTHON_MODELS / "identity_delay", repo, "hot")
+    _copy_model(PYTHON_MODELS / "identity_delay", repo, "hot_queue")
     _copy_model(PYTHON_MODELS / "identity_delay", repo, "victim")
     shutil.copytree(PYTHON_MODELS / "repeat_decoupled", repo / "repeat_decoupled")
     # A model that cannot load: its deployment fails, the others serve.
@@ -143,7 +154,7 @@ def cluster(head: str, repository: Path, tmp_path_factory: pytest.TempPathFactor
             raise RuntimeError(f"the ingress did not start:\n{server.log()}")
         time.sleep(0.25)
     yield server
-    if server.process.poll() is None:  # the last test stops the head, and the ingress with it
+    if server.process.poll() is None:  # the stop test stops it; a failed run leaves nothing behind
         server.stop(signal.SIGKILL)
 
 
@@ -330,11 +341,13 @@ def test_shared_memory_is_refused_clearly(http: httpclient.InferenceServerClient
     assert "not available on a Ray cluster" in str(e.value)
 
 
+@pytest.mark.parametrize("model", ["hot", "hot_queue"])
 def test_one_model_scales_out_under_load_and_back(
-    cluster: RunningServer, http: httpclient.InferenceServerClient
+    model: str, cluster: RunningServer, http: httpclient.InferenceServerClient
 ) -> None:
-    """Load on `hot` (a python model sleeping 50 ms a request): its deployment grows to 2 replicas while `b`
-    stays at 1, and shrinks back once idle."""
+    """Load on a python model sleeping 50 ms a request: its deployment grows to 2 replicas while `b` stays at 1,
+    and shrinks back once idle; `hot` scales on its engines' ongoing requests, `hot_queue` on their queue time
+    (its target 20 ms; 8 clients on 2 instances wait about 150 ms)."""
     stop = threading.Event()
     failures: list[BaseException] = []
 
@@ -346,7 +359,7 @@ def test_one_model_scales_out_under_load_and_back(
         delay.set_data_from_numpy(np.array([50], dtype=np.int32))
         try:
             while not stop.is_set():
-                client.infer("hot", [data, delay])
+                client.infer(model, [data, delay])
         except BaseException as e:
             failures.append(e)
         finally:
@@ -356,14 +369,14 @@ def test_one_model_scales_out_under_load_and_back(
     for thread in threads:
         thread.start()
     try:
-        _until(lambda: _index(http)["hot"].get("replicas") == 2, 90, "hot at 2 replicas under load")
+        _until(lambda: _index(http)[model].get("replicas") == 2, 90, f"{model} at 2 replicas under load")
         assert _index(http)["b"]["replicas"] == 1
     finally:
         stop.set()
         for thread in threads:
             thread.join()
     assert not failures, failures
-    _until(lambda: _index(http)["hot"].get("replicas") == 1, 90, "hot back at 1 replica once idle")
+    _until(lambda: _index(http)[model].get("replicas") == 1, 90, f"{model} back at 1 replica once idle")
 
 
 def _delayed(delay_ms: int) -> list[httpclient.InferInput]:
@@ -465,12 +478,58 @@ def test_an_attached_ingress_serves_deployments_made_by_others(
     assert http.infer("simple", _simple_inputs(httpclient)).as_numpy("OUTPUT0") is not None  # still deployed
 
 
-def test_the_head_going_away_stops_the_ingress_with_an_error(cluster: RunningServer) -> None:
-    """Last: it stops the cluster."""
-    subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, env=RAY_ENV)
+def test_a_stop_deletes_what_the_ingress_deployed(head: str, cluster: RunningServer) -> None:
+    assert cluster.stop(signal.SIGTERM, timeout=120) == 0, cluster.log()
+    assert "stopping: deleting" in cluster.log()
+    left = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import ray; from ray import serve; "
+            f"ray.init(address='{head}', log_to_driver=False); print(sorted(serve.status().applications))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=RAY_ENV,
+    )
+    assert left.stdout.strip().splitlines()[-1] == "[]", left.stdout + left.stderr
+
+
+def test_the_head_going_away_stops_the_ingress_with_an_error(
+    head: str, repository: Path, cluster: RunningServer
+) -> None:
+    """Last: it stops the cluster. An ingress attached to the (now empty) cluster exits with an error."""
+    port, grpc_port = free_ports(2)
+    log_path = cluster.log_path.parent / "orphan.log"
+    command = [
+        sys.executable,
+        "-m",
+        "modelhost",
+        "ray",
+        "serve",
+        "--attach=true",
+        f"--model-repository={repository}",
+        f"--address={head}",
+        f"--http-port={port}",
+        f"--grpc-port={grpc_port}",
+        "--allow-metrics=false",
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+    ]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=RAY_ENV)
+    orphan = RunningServer(process, port, grpc_port, 0, log_path)
     try:
-        code = cluster.process.wait(60)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"the ingress hangs without its cluster:\n{cluster.log()}") from None
-    assert code == 1
-    assert "lost the Ray cluster" in cluster.log()
+        _until(lambda: _http_ok(port, "/v2/health/live") or process.poll() is not None, 120, "attached live")
+        assert process.poll() is None, orphan.log()
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, env=RAY_ENV)
+        try:
+            code = process.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the ingress hangs without its cluster:\n{orphan.log()}") from None
+        assert code == 1
+        assert "lost the Ray cluster" in orphan.log()
+    finally:
+        if process.poll() is None:
+            orphan.stop(signal.SIGKILL)

@@ -54,6 +54,7 @@ _AUTOSCALING_KEYS = {
     "look_back_period_s",
     "upscaling_factor",
     "downscaling_factor",
+    "target_queue_time_ms",  # modelhost's: scale on the engines' queue time (cluster.autoscaling)
 }
 _ACTOR_KEYS = {"num_cpus", "num_gpus", "memory", "resources"}
 _GROUP_KEYS = {
@@ -104,9 +105,16 @@ class DeploymentSpec:
         else:
             # Ray's policy on the requests the replicas' engines hold (cluster.autoscaling): the ingress's
             # inference reaches them over modelhost's link, which Ray's own count does not see.
+            autoscaling = dict(self.autoscaling)
+            kwargs = {}
+            if "target_queue_time_ms" in autoscaling:  # modelhost's key: for the policy, not Ray's config
+                kwargs["target_queue_time_ms"] = autoscaling.pop("target_queue_time_ms")
             options["autoscaling_config"] = {
-                **self.autoscaling,
-                "policy": {"policy_function": "modelhost.cluster.autoscaling:policy"},
+                **autoscaling,
+                "policy": {
+                    "policy_function": "modelhost.cluster.autoscaling:Policy",
+                    "policy_kwargs": kwargs,
+                },
             }
         return options
 

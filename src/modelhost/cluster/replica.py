@@ -33,8 +33,10 @@ T = TypeVar("T")
 REPORT_INTERVAL_S = 1.0
 # Where the replicas of applications deployed by others (a RayService) find the links' token.
 TOKEN_VARIABLE = "MODELHOST_LINK_TOKEN"
-# The custom autoscaling metric each replica reports (cluster.autoscaling reads it).
+# The custom autoscaling metrics each replica reports (cluster.autoscaling reads them): the requests its engine
+# holds, and the mean queue time (ms) of those it answered since the last report.
 ONGOING_METRIC = "modelhost_ongoing_requests"
+QUEUE_METRIC = "modelhost_queue_time_ms"
 # The engine calls the ingress may make of a replica besides infer and infer_stream.
 CALLS = frozenset(
     {
@@ -97,6 +99,8 @@ class ModelReplica:
         self._settings = settings
         self._reporter: asyncio.Task[None] | None = None
         self._collector: Any = None
+        # The engine's queue time and count (summed over its models) at the last autoscaling report.
+        self._queue_seen = (0, 0)
         self._server = Server(
             list(settings.repositories),
             model_control_mode="explicit",
@@ -179,9 +183,19 @@ class ModelReplica:
         return result.SerializeToString() if method == "model_config" else result
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
-        """Ray Serve's custom autoscaling metric: the requests in this replica's engine (queued or running),
-        those that came over the link included, which Ray's own count of ongoing requests does not see."""
-        return {ONGOING_METRIC: float(getattr(self._server.engine, "in_flight", 0))}
+        """Ray Serve's custom autoscaling metrics: the requests in this replica's engine (queued or running),
+        those that came over the link included, which Ray's own count of ongoing requests does not see; and the
+        mean queue time of the requests answered since the last call."""
+        rows = await self._engine_call(self._server.engine.statistics())
+        queued_ns = queued = 0
+        for row in rows:
+            queue = row.get("inference_stats", {}).get("queue", {})
+            queued_ns += int(queue.get("ns", 0))
+            queued += int(queue.get("count", 0))
+        last_ns, last = self._queue_seen
+        self._queue_seen = (queued_ns, queued)
+        mean_ms = (queued_ns - last_ns) / (queued - last) / 1e6 if queued > last else 0.0
+        return {ONGOING_METRIC: float(getattr(self._server.engine, "in_flight", 0)), QUEUE_METRIC: mean_ms}
 
     async def check_health(self) -> None:
         """Ray Serve's health check: a replica whose engine stopped is replaced."""

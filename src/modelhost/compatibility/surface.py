@@ -763,8 +763,8 @@ FEATURES: tuple[Item, ...] = (
         "Beyond Triton: per-model scaling on a Ray cluster",
         State.PARTLY,
         "`modelhost ray serve`: each model or group a Ray Serve deployment, a multiplexed pool for the long tail, "
-        "one HTTP/gRPC address, a KubeRay RayService; not yet: autoscaling on a queue-time target, ensembles "
-        "across deployments",
+        "one HTTP/gRPC address, a KubeRay RayService; not yet: ensembles whose steps live in other deployments, "
+        "multiplexed pools over modelhost's link",
         "ray.md",
         test="tests/cluster/test_ray_serve.py::test_one_model_scales_out_under_load_and_back",
     ),
