@@ -20,7 +20,8 @@ def test_without_a_file_every_model_is_its_own_deployment() -> None:
     plan = _plan({})
     assert [(s.name, s.models) for s in plan.deployments] == [(m, (m,)) for m in MODELS]
     options = plan.deployments[0].deployment_options()
-    assert options["ray_actor_options"] == DEFAULT_ACTOR
+    assert plan.deployments[0].actor == DEFAULT_ACTOR
+    assert options["ray_actor_options"] == {"num_cpus": 0.25}  # a memory still to measure reserves none
     assert options["autoscaling_config"]["max_replicas"] >= 1
     assert "num_replicas" not in options
 
@@ -114,3 +115,29 @@ def test_read_from_yaml_against_a_repository(tmp_path: Path) -> None:
         read_plan([str(repo)], tmp_path / "missing.yaml")
     with pytest.raises(PlanError, match="does not exist"):
         read_plan([str(tmp_path / "nothing")], None)
+
+
+def test_measured_memory_sizes_each_deployments_replicas() -> None:
+    from modelhost.cluster.sizing import MARGIN, REPLICA_FLOOR, sized
+
+    plan = _plan(
+        {
+            "deployments": {
+                "pair": {"models": ["a", "b"]},
+                "tail": {"models": ["*"], "max_models_per_replica": 1},
+                "fixed": {"models": ["d"], "actor": {"memory": "1G"}},
+            }
+        }
+    )
+    mib = 1 << 20
+    by_name = {s.name: s for s in sized(plan, {"a": 100 * mib, "b": 50 * mib, "c": 30 * mib}).deployments}
+    pair, tail, fixed = by_name["pair"], by_name["tail"], by_name["fixed"]
+    assert pair.actor["memory"] == int(150 * mib * MARGIN) + REPLICA_FLOOR  # both models in each replica
+    assert tail.models == ("c",) and tail.actor["memory"] == int(30 * mib * MARGIN) + REPLICA_FLOOR
+    assert fixed.actor["memory"] == 10**9  # the file's own figure
+    (unmeasured,) = sized(_plan({"deployments": {"g": {"models": ["*"]}}}), {}).deployments
+    assert "memory" not in unmeasured.actor  # nothing measured: nothing reserved
+    (none,) = _plan(
+        {"defaults": {"actor": {"memory": None}}, "deployments": {"g": {"models": ["*"]}}}
+    ).deployments
+    assert "memory" not in none.actor

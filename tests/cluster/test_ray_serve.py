@@ -4,6 +4,7 @@ deployments, and tritonclient against the ingress, compared with a single modelh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -220,6 +221,12 @@ def test_answers_equal_a_single_servers(
     assert np.array_equal(answer_grpc.as_numpy("OUTPUT0"), expected["OUTPUT0"])
     assert grpc.get_model_metadata("simple", as_json=True)["name"] == "simple"
     assert "model_repository" in http.get_server_metadata()["extensions"]
+
+
+def test_replicas_reserve_the_memory_their_models_took(cluster: RunningServer) -> None:
+    log = cluster.log()
+    assert re.search(r"deployment 'simple' reserves \d+ MiB a replica", log), log
+    assert "could not measure model 'broken'" in log
 
 
 def test_unknown_model_is_not_found(
@@ -476,6 +483,34 @@ def test_an_attached_ingress_serves_deployments_made_by_others(
     finally:
         assert attached.stop(signal.SIGTERM, timeout=60) == 0, attached.log()
     assert http.infer("simple", _simple_inputs(httpclient)).as_numpy("OUTPUT0") is not None  # still deployed
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_modelhost_perf_measures_through_the_cluster(
+    cluster: RunningServer, protocol: str, tmp_path: Path
+) -> None:
+    url = cluster.http_url if protocol == "http" else cluster.grpc_url
+    short = [
+        "-p",
+        "300",
+        "-r",
+        "3",
+        "--processes",
+        "1",
+        "--concurrency-range",
+        "2",
+        "-f",
+        str(tmp_path / "p.csv"),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "modelhost", "perf", "-m", "simple", "-u", url, "-i", protocol, *short],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert rows[1].split(",")[0] == "2" and float(rows[1].split(",")[1]) > 0  # concurrency, inferences/s
 
 
 def test_a_stop_deletes_what_the_ingress_deployed(head: str, cluster: RunningServer) -> None:

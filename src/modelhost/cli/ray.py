@@ -159,5 +159,7 @@ def _print_config(args: argparse.Namespace) -> int:
     except PlanError as e:
         print(f"modelhost ray: error: {e}", file=sys.stderr)
         return USAGE_ERROR
-    sys.stdout.write(yaml.safe_dump(serve_config(plan), sort_keys=False))
+    from modelhost.cluster.sizing import measure, sized
+
+    sys.stdout.write(yaml.safe_dump(serve_config(sized(plan, measure(plan))), sort_keys=False))
     return 0

@@ -19,6 +19,7 @@ from modelhost.cluster.deploy import Cluster, ClusterError
 from modelhost.cluster.engine import ClusterEngine
 from modelhost.cluster.plan import ClusterPlan
 from modelhost.cluster.replica import REPORT_INTERVAL_S, TOKEN_VARIABLE
+from modelhost.cluster.sizing import measure, sized
 from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol, http_limits, start_http_server
@@ -52,6 +53,13 @@ class IngressSettings:
 
 
 async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Event | None = None) -> int:
+    if (
+        not settings.attach
+    ):  # replicas' memory reservations from the models themselves (actor memory: measured)
+        plan = sized(plan, await asyncio.to_thread(measure, plan))
+        for spec in plan.deployments:
+            if "memory" in spec.actor:
+                log.info("deployment '%s' reserves %d MiB a replica", spec.name, spec.actor["memory"] >> 20)
     cluster = Cluster(plan)
     if settings.attach:  # the replicas were given the token by their environment, not by this ingress
         cluster.link_token = os.environ.get(TOKEN_VARIABLE, "")

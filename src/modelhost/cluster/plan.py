@@ -37,7 +37,10 @@ from modelhost.repository.sources import RepositoryError, open_repository
 # The defaults of a deployment nobody configured: one replica that may grow to two, on a fraction of a CPU, so
 # that several fit on a small machine (a model's own threads are not bounded by Ray's CPU accounting anyway).
 DEFAULT_AUTOSCALING: dict[str, Any] = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 16}
-DEFAULT_ACTOR: dict[str, Any] = {"num_cpus": 0.25}
+DEFAULT_ACTOR: dict[str, Any] = {"num_cpus": 0.25, "memory": "measured"}
+# actor `memory: measured`: the replica's memory reservation is sized from what its models took when loaded once
+# before deploying (cluster.sizing); `memory: null` reserves none.
+MEASURED = "measured"
 # Requests one replica takes at once before Ray queues them at the caller: enough to fill dynamic batches (Ray's
 # own default of 5 starves a batching model and, past it, Ray backs off in steps of seconds).
 DEFAULT_MAX_ONGOING = 256
@@ -94,10 +97,12 @@ class DeploymentSpec:
         return self.max_models_per_replica > 0
 
     def deployment_options(self) -> dict[str, Any]:
-        """The keyword arguments of `serve.deployment(...).options(...)` for this deployment."""
+        """The keyword arguments of `serve.deployment(...).options(...)` for this deployment (a memory still to
+        be measured reserves none)."""
+        actor = {k: v for k, v in self.actor.items() if not (k == "memory" and v == MEASURED)}
         options: dict[str, Any] = {
             "name": "models",  # one deployment per application: the application carries the name
-            "ray_actor_options": dict(self.actor),
+            "ray_actor_options": actor,
             "max_ongoing_requests": self.max_ongoing_requests,
         }
         if self.num_replicas is not None:
@@ -348,7 +353,9 @@ def _checked_actor(actor: dict[str, Any], where: str) -> dict[str, Any]:
         value = checked.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
             raise PlanError(f"{where}: actor '{key}' must be a number >= 0, not {value!r}")
-    if "memory" in checked:
+    if checked.get("memory") is None:
+        checked.pop("memory", None)
+    elif checked["memory"] != MEASURED:
         checked["memory"] = _bytes(checked["memory"], f"{where}: actor 'memory'")
     resources = checked.get("resources")
     if resources is not None and (
