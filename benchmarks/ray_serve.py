@@ -134,9 +134,11 @@ def multiplexing(url: str) -> dict[str, float]:
     return {"hit_p50_ms": statistics.median(hits), "miss_p50_ms": statistics.median(misses)}
 
 
-def step(url: str, load_s: float, idle_s: float) -> list[tuple[float, int]]:
-    """The replica count of `step` every 0.5 s: under 8 clients for load_s, then idle for idle_s."""
+def step(url: str, load_s: float, idle_s: float) -> list[tuple[float, int, float]]:
+    """The replica count of `step` every 0.5 s and the req/s since the last sample: under 8 clients for load_s,
+    then idle for idle_s."""
     stop = threading.Event()
+    done = [0]
 
     def client_loop() -> None:
         client = httpclient.InferenceServerClient(url, network_timeout=60)
@@ -146,6 +148,7 @@ def step(url: str, load_s: float, idle_s: float) -> list[tuple[float, int]]:
         delay.set_data_from_numpy(np.array([50], dtype=np.int32))
         while not stop.is_set():
             client.infer("step", [data, delay])
+            done[0] += 1
         client.close()
 
     index = httpclient.InferenceServerClient(url)
@@ -153,12 +156,16 @@ def step(url: str, load_s: float, idle_s: float) -> list[tuple[float, int]]:
     start = time.monotonic()
     for t in threads:
         t.start()
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, int, float]] = []
+    last_done, last_t = 0, time.monotonic()
     while time.monotonic() - start < load_s + idle_s:
         if stop.is_set() is False and time.monotonic() - start >= load_s:
             stop.set()
         rows = {r["name"]: r for r in index.get_model_repository_index()}
-        samples.append((round(time.monotonic() - start, 1), int(rows["step"].get("replicas", 0))))
+        now, count = time.monotonic(), done[0]
+        rate = (count - last_done) / (now - last_t)
+        last_done, last_t = count, now
+        samples.append((round(now - start, 1), int(rows["step"].get("replicas", 0)), round(rate)))
         time.sleep(0.5)
     stop.set()
     for t in threads:
@@ -228,7 +235,7 @@ def main() -> int:
         results["multiplexing"] = multiplexing(url)
         print(f"  multiplexing: {results['multiplexing']}", flush=True)
         results["step"] = step(url, load_s=20, idle_s=25)
-        print(f"  step (s, replicas): {results['step']}", flush=True)
+        print(f"  step (s, replicas, req/s): {results['step']}", flush=True)
     finally:
         ray_server.stop(timeout=120)
     print(

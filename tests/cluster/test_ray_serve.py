@@ -30,6 +30,9 @@ pytest.importorskip("ray")
 EXAMPLES = Path(modelhost.__file__).parent / "examples"
 PYTHON_MODELS = Path(__file__).parents[1] / "e2e" / "python_models"
 POOL = [f"m{i}" for i in range(1, 6)]
+# The model whose replica a test kills, found by its process title: named for this run alone, so that another
+# cluster on the machine (another run of the suite) is never hit.
+VICTIM = f"victim_{os.getpid()}"
 
 DEPLOYMENTS = """
 defaults:
@@ -78,7 +81,7 @@ def build_repository(repo: Path) -> None:
         _copy_model(EXAMPLES / "simple", repo, name)
     _copy_model(PYTHON_MODELS / "identity_delay", repo, "hot")
     _copy_model(PYTHON_MODELS / "identity_delay", repo, "hot_queue")
-    _copy_model(PYTHON_MODELS / "identity_delay", repo, "victim")
+    _copy_model(PYTHON_MODELS / "identity_delay", repo, VICTIM)
     shutil.copytree(PYTHON_MODELS / "repeat_decoupled", repo / "repeat_decoupled")
     # A model that cannot load: its deployment fails, the others serve.
     _copy_model(EXAMPLES / "simple", repo, "broken")
@@ -405,13 +408,13 @@ def _replica_pids(deployment: str) -> list[int]:
 def test_a_killed_replica_fails_only_its_requests_and_is_replaced(
     cluster: RunningServer, http: httpclient.InferenceServerClient
 ) -> None:
-    (pid,) = _replica_pids("victim")
+    (pid,) = _replica_pids(VICTIM)
     outcome: list[Any] = []
 
     def slow() -> None:
         client = httpclient.InferenceServerClient(cluster.http_url, network_timeout=60)
         try:
-            outcome.append(client.infer("victim", _delayed(5000)))
+            outcome.append(client.infer(VICTIM, _delayed(5000)))
         except InferenceServerException as e:
             outcome.append(e)
         finally:
@@ -430,12 +433,12 @@ def test_a_killed_replica_fails_only_its_requests_and_is_replaced(
 
     def replaced() -> bool:
         try:
-            return http.infer("victim", _delayed(0)).as_numpy("OUTPUT0") is not None
+            return http.infer(VICTIM, _delayed(0)).as_numpy("OUTPUT0") is not None
         except InferenceServerException:
             return False
 
-    _until(replaced, 120, "victim served again by a new replica")
-    assert _replica_pids("victim") != [pid]
+    _until(replaced, 120, "the victim served again by a new replica")
+    assert _replica_pids(VICTIM) != [pid]
 
 
 def test_an_attached_ingress_serves_deployments_made_by_others(

@@ -35,9 +35,11 @@ def test_rows_of_replicas_are_summed_per_model_version() -> None:
 
 def test_the_collector_keeps_what_stopped_replicas_counted(monkeypatch: Any) -> None:
     collector = StatisticsCollector()
-    collector.report("r1", "dep", [_row("a", 2, 1)], "", "", final=False)
-    collector.report("r2", "dep", [_row("a", 3, 1)], "", "", final=False)
-    collector.report("r2", "dep", [_row("a", 4, 2)], "", "", final=True)  # scaled in: its last count stays
+    collector.report("r1", "dep", [_row("a", 2, 1)], "", "", (), final=False)
+    collector.report("r2", "dep", [_row("a", 3, 1)], "", "", (), final=False)
+    collector.report(
+        "r2", "dep", [_row("a", 4, 2)], "", "", (), final=True
+    )  # scaled in: its last count stays
 
     def count() -> int:
         return int(merge(r.rows for r in collector.reports())[0]["inference_count"])

@@ -71,6 +71,12 @@ class Cluster:
             where = f"at {address}" if address else "on this machine"
             raise ClusterError(f"cannot reach the Ray cluster {where}: {e}") from None
 
+    def gcs_address(self) -> str:
+        """host:port of the cluster's head (its GCS)."""
+        import ray
+
+        return str(ray.get_runtime_context().gcs_address)
+
     def start(self) -> None:
         """Start Ray Serve (without its HTTP proxy) and the statistics collector."""
         import ray

@@ -75,6 +75,8 @@ class ClusterEngine:
         # inference path. Ray's handle serves until a replica's first report gives its address, and always for
         # a multiplexed pool (whose routing by loaded model is Ray's).
         self._links: dict[str, dict[str, RemoteEngine]] = {}
+        # The models each replica held at its last report (what a multiplexed pool's requests are routed by).
+        self._held: dict[str, dict[str, frozenset[str]]] = {}
         self._control = asyncio.Lock()
         # Serving deployments made by someone else (attach_plan).
         self.attached = False
@@ -150,13 +152,16 @@ class ClusterEngine:
             handle = handle.options(stream=True)
         return handle
 
-    def _link(self, spec: DeploymentSpec) -> RemoteEngine | None:
-        """The deployment's least busy link, if any."""
+    def _link(self, spec: DeploymentSpec, model: str) -> RemoteEngine | None:
+        """The least busy link of the deployment's replicas that hold `model`, if any."""
         links = self._links.get(spec.name)
         if not links:
             return None
+        held = self._held.get(spec.name, {})
         best: RemoteEngine | None = None
-        for link in links.values():
+        for replica, link in links.items():
+            if spec.multiplexed and model not in held.get(replica, ()):
+                continue
             if link.connected and (best is None or link.in_flight < best.in_flight):
                 best = link
         return best
@@ -168,10 +173,13 @@ class ClusterEngine:
             await self._follow_statuses()
         reports = await asyncio.to_thread(self._cluster.reports)
         wanted: dict[str, dict[str, str]] = {}
+        held: dict[str, dict[str, frozenset[str]]] = {}
         for report in reports:
             spec = self._deployments.get(report.deployment)
-            if report.link and spec is not None and not spec.multiplexed:
+            if report.link and spec is not None:
                 wanted.setdefault(report.deployment, {})[report.replica] = report.link
+                held.setdefault(report.deployment, {})[report.replica] = frozenset(report.models)
+        self._held = held
         for deployment, links in list(self._links.items()):
             for replica, link in list(links.items()):
                 if replica not in wanted.get(deployment, {}) or not link.connected:
@@ -257,7 +265,7 @@ class ClusterEngine:
 
     async def infer(self, request: InferenceRequest, context: CallContext | None = None) -> InferenceResponse:
         spec = self._route(request.model_name)
-        link = self._link(spec)
+        link = self._link(spec, request.model_name)
         if link is not None:
             try:
                 return await link.infer(_portable(request))
@@ -265,6 +273,10 @@ class ClusterEngine:
                 raise Unavailable(
                     f"the deployment serving '{request.model_name}' did not answer: its replica went away"
                 ) from None
+            except NotFound:
+                if not spec.multiplexed:
+                    raise
+                # Evicted since the replica's last report: Ray's multiplexing loads it again below.
         try:
             answer = await self._handle(spec, request.model_name).infer.remote(_portable(request))
         except Exception as e:
@@ -278,7 +290,7 @@ class ClusterEngine:
         self, request: InferenceRequest, context: CallContext | None = None
     ) -> AsyncIterator[InferenceResponse]:
         spec = self._route(request.model_name)
-        link = self._link(spec)
+        link = None if spec.multiplexed else self._link(spec, request.model_name)
         if link is not None:
             try:
                 async for response in link.infer_stream(_portable(request)):

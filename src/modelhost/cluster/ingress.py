@@ -30,6 +30,7 @@ log = logging.getLogger("modelhost.cluster")
 
 # How often the ingress checks that the Ray cluster answers, and after how many misses in a row it gives up.
 WATCH_INTERVAL_S = 2.0
+WATCH_TIMEOUT_S = 5.0
 WATCH_MISSES = 3
 # The exit code once the cluster is gone.
 CLUSTER_LOST = 1
@@ -163,18 +164,24 @@ async def _start_metrics(engine: ClusterEngine, host: str, port: int) -> asyncio
 
 
 async def _watch_cluster(cluster: Cluster, lost: asyncio.Event, stop: asyncio.Event) -> None:
-    """Stop with an error once the Ray cluster stops answering (its head gone), rather than serve errors."""
+    """Stop with an error once the Ray cluster's head stops accepting connections (it is gone), rather than serve
+    errors. The check is a TCP connection to the head's GCS, not a Ray call: Ray's calls can take seconds on a
+    busy cluster, which must not pass for a lost one."""
+    host, _, port = (await asyncio.to_thread(cluster.gcs_address)).rpartition(":")
     misses = 0
     while True:
         await asyncio.sleep(WATCH_INTERVAL_S)
         try:
-            await asyncio.wait_for(asyncio.to_thread(cluster.statuses), WATCH_INTERVAL_S)
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), WATCH_TIMEOUT_S)
+            writer.close()
             misses = 0
-        except Exception as e:  # Ray's connection errors, or no answer in time
+        except (OSError, TimeoutError) as e:  # refused at once when the head died; no answer when it vanished
             misses += 1
             if misses >= WATCH_MISSES:
                 log.error(
-                    "lost the Ray cluster (no answer %d times: %s); exiting",
+                    "lost the Ray cluster (its head at %s:%s refused or did not answer %d times: %s); exiting",
+                    host,
+                    port,
                     misses,
                     str(e) or type(e).__name__,
                 )

@@ -99,6 +99,8 @@ class ModelReplica:
         self._settings = settings
         self._reporter: asyncio.Task[None] | None = None
         self._collector: Any = None
+        # The models a multiplexed replica has loaded (its engine's, as Ray's multiplexing loads and evicts).
+        self.loaded: set[str] = set()
         # The engine's queue time and count (summed over its models) at the last autoscaling report.
         self._queue_seen = (0, 0)
         self._server = Server(
@@ -186,6 +188,9 @@ class ModelReplica:
         """Ray Serve's custom autoscaling metrics: the requests in this replica's engine (queued or running),
         those that came over the link included, which Ray's own count of ongoing requests does not see; and the
         mean queue time of the requests answered since the last call."""
+        # Ray calls this every metrics interval from the replica's start: a replica that only the link will
+        # reach (added by autoscaling) reports its address without waiting for a request through Ray.
+        self._start_reporting()
         rows = await self._engine_call(self._server.engine.statistics())
         queued_ns = queued = 0
         for row in rows:
@@ -199,6 +204,7 @@ class ModelReplica:
 
     async def check_health(self) -> None:
         """Ray Serve's health check: a replica whose engine stopped is replaced."""
+        self._start_reporting()  # as in record_autoscaling_stats: for a deployment with a fixed replica count
         if not self._server.running:
             raise RuntimeError("the modelhost engine of this replica is not running")
 
@@ -227,11 +233,19 @@ class ModelReplica:
         try:
             rows, page = await self._engine_call(_statistics_and_metrics(self._server.engine))
             link = "" if final else self.link_address
+            await self._touch_used(rows)
             await self._collector.report.remote(
-                self._replica_id, self._settings.deployment, rows, page, link, final
+                self._replica_id, self._settings.deployment, rows, page, link, self.held(), final
             )
         except Exception as e:  # statistics never fail a replica
             log.debug("statistics report failed: %s", e)
+
+    def held(self) -> tuple[str, ...]:
+        """The models this replica serves now (a multiplexed replica: those it has loaded)."""
+        return self._settings.models
+
+    async def _touch_used(self, rows: list[dict[str, Any]]) -> None:
+        """A multiplexed replica keeps the models used over the link recently used in Ray's eyes too."""
 
     async def __del__(self) -> None:
         """Ray Serve's graceful shutdown of this replica: its last statistics, then the engine stops."""
@@ -291,6 +305,7 @@ class _Loaded:
         if self.unloaded:
             return
         self.unloaded = True
+        getattr(self.replica, "loaded", set()).discard(self.name)
         server = self.replica._server
         if server.running:
             with contextlib.suppress(Exception):
@@ -312,7 +327,21 @@ def multiplexed_replica(max_models: int) -> type[ModelReplica]:
                     name, _load_parameters(self._settings, name), files_base64=False
                 )
             )
+            self.loaded.add(name)
             return _Loaded(self, name)
+
+        def held(self) -> tuple[str, ...]:
+            return tuple(sorted(getattr(self, "loaded", ())))
+
+        async def _touch_used(self, rows: list[dict[str, Any]]) -> None:
+            # Requests over the link do not pass through Ray's multiplexing, whose least recently used model is
+            # the one it evicts: a model answered since the last report is asked for again (a cache hit).
+            last = getattr(self, "_last_inference", {})
+            now = {str(r.get("name")): int(r.get("last_inference", 0)) for r in rows}
+            self._last_inference = now
+            for name, when in now.items():
+                if name in self.loaded and when > last.get(name, 0):
+                    await self._model(name)
 
         async def _enter(self, model: str) -> None:
             self._start_reporting()

@@ -22,6 +22,7 @@ class Report(NamedTuple):
     replica: str = ""
     deployment: str = ""
     link: str = ""  # where the replica's engine link listens ("": a replica that stopped)
+    models: tuple[str, ...] = ()  # the models it holds (a multiplexed replica: those loaded now)
 
 
 # A replica silent this long is taken as gone: its last report moves to the retired sums.
@@ -38,10 +39,18 @@ class StatisticsCollector:
         self._retired: dict[str, list[Report]] = {}
 
     def report(
-        self, replica: str, deployment: str, rows: list[dict[str, Any]], page: str, link: str, final: bool
+        self,
+        replica: str,
+        deployment: str,
+        rows: list[dict[str, Any]],
+        page: str,
+        link: str,
+        models: tuple[str, ...],
+        final: bool,
     ) -> None:
-        """A replica's statistics rows, /metrics page and link address (`final`: its last, as it stops)."""
-        report = Report(rows, page, replica, deployment, link)
+        """A replica's statistics rows, /metrics page, link address and the models it holds (`final`: its last,
+        as it stops)."""
+        report = Report(rows, page, replica, deployment, link, tuple(models))
         if final:
             self._live.pop(replica, None)
             self._retired.setdefault(deployment, []).append(report)
