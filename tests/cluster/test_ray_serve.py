@@ -345,6 +345,40 @@ def test_unload_one_model_leaves_the_others(http: httpclient.InferenceServerClie
     assert "model not found in any model repository" in str(e.value)
 
 
+def test_a_rolling_update_under_load_fails_no_request(
+    cluster: RunningServer, http: httpclient.InferenceServerClient
+) -> None:
+    """Loading a loaded model again replaces its deployment's replicas (new ones first); requests keep coming
+    and every one is answered."""
+    stop = threading.Event()
+    answered: list[int] = []
+    failures: list[BaseException] = []
+
+    def load() -> None:
+        client = httpclient.InferenceServerClient(cluster.http_url, network_timeout=60)
+        while not stop.is_set():
+            try:
+                client.infer("b", _simple_inputs(httpclient))
+                answered.append(1)
+            except InferenceServerException as e:
+                failures.append(e)
+        client.close()
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        _until(lambda: len(answered) > 20, 30, "traffic on b")
+        http.load_model("b")  # returns once the new replica runs
+        before = len(answered)
+        _until(lambda: len(answered) > before + 20, 30, "traffic on b after the update")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not failures, [str(f) for f in failures]
+
+
 def test_shared_memory_is_refused_clearly(http: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as e:
         http.register_system_shared_memory("region", "/modelhost_ray_test", 64)

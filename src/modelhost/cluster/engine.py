@@ -2,10 +2,12 @@
 
 modelhost's own HTTP and gRPC frontends run in the ingress (`modelhost ray serve`) over this engine, so clients
 see one server: the same endpoints, wording and statuses. Each call about a model goes to the deployment that
-serves it (Ray picks the replica; a multiplexed pool's requests carry the model as Ray's multiplexed model id, so
-they reach a replica that has it loaded); calls about the server combine the deployments' answers; statistics
-are the replicas' summed (`cluster.statistics`). Model control deploys, updates (rolling) and deletes one
-deployment without touching the others.
+serves it. Inference takes modelhost's link to the least busy replica (in a multiplexed pool, one that reported
+the model loaded), and Ray Serve's handle where there is none yet (Ray picks the replica; a multiplexed pool's
+requests carry the model as Ray's multiplexed model id, so Ray loads it where it routes them); metadata,
+configuration and control take Ray's handle. Calls about the server combine the deployments' answers;
+statistics and metrics are the replicas' summed (`cluster.statistics`). Model control deploys, updates (rolling)
+and deletes one deployment without touching the others.
 
 Not on a cluster, refused with a message rather than half-done: client shared memory (the regions are on the
 client's machine, the models on others), changing trace and logging settings, and loading a model from files
@@ -72,11 +74,13 @@ class ClusterEngine:
         self._overrides: dict[str, str] = {}
         self._handles: dict[str, Any] = {}
         # modelhost's link to each replica of a deployment (its engine over TCP), by deployment and replica: the
-        # inference path. Ray's handle serves until a replica's first report gives its address, and always for
-        # a multiplexed pool (whose routing by loaded model is Ray's).
+        # inference path. Ray's handle serves until a replica's first report gives its address, and a
+        # multiplexed pool's models that no replica holds.
         self._links: dict[str, dict[str, RemoteEngine]] = {}
         # The models each replica held at its last report (what a multiplexed pool's requests are routed by).
         self._held: dict[str, dict[str, frozenset[str]]] = {}
+        # Links to replicas that withdrew theirs (stopping): closed once their requests are answered.
+        self._draining: list[RemoteEngine] = []
         self._control = asyncio.Lock()
         # Serving deployments made by someone else (attach_plan).
         self.attached = False
@@ -120,8 +124,7 @@ class ClusterEngine:
         self._handles.pop(spec.name, None)
 
     def _remove(self, spec: DeploymentSpec) -> None:
-        for link in self._links.pop(spec.name, {}).values():
-            link.close()
+        self._draining.extend(self._links.pop(spec.name, {}).values())
         self._deployments.pop(spec.name, None)
         self._failures.pop(spec.name, None)
         self._handles.pop(spec.name, None)
@@ -183,8 +186,12 @@ class ClusterEngine:
         for deployment, links in list(self._links.items()):
             for replica, link in list(links.items()):
                 if replica not in wanted.get(deployment, {}) or not link.connected:
-                    del links[replica]
-                    link.close()
+                    del links[replica]  # no new requests; those in flight finish (the replica waits for them)
+                    self._draining.append(link)
+        for link in list(self._draining):
+            if not link.connected or link.in_flight == 0:
+                self._draining.remove(link)
+                link.close()
         for deployment, addresses in wanted.items():
             links = self._links.setdefault(deployment, {})
             for replica, address in addresses.items():

@@ -45,6 +45,7 @@ MEASURED = "measured"
 # own default of 5 starves a batching model and, past it, Ray backs off in steps of seconds).
 DEFAULT_MAX_ONGOING = 256
 ALL_OTHERS = "*"
+HEALTH_CHECK_PERIOD_S = 2.0
 
 _AUTOSCALING_KEYS = {
     "min_replicas",
@@ -104,6 +105,9 @@ class DeploymentSpec:
             "name": "models",  # one deployment per application: the application carries the name
             "ray_actor_options": actor,
             "max_ongoing_requests": self.max_ongoing_requests,
+            # Ray's health check starts a replica's reports (its link address) where nothing else calls it
+            # soon: a fixed replica count, which Ray asks no autoscaling metrics of.
+            "health_check_period_s": HEALTH_CHECK_PERIOD_S,
         }
         if self.num_replicas is not None:
             options["num_replicas"] = self.num_replicas

@@ -31,6 +31,9 @@ log = logging.getLogger("modelhost.cluster")
 T = TypeVar("T")
 # How often a replica reports its statistics to the collector (what the cluster's statistics lag by at most).
 REPORT_INTERVAL_S = 1.0
+# How long a stopping replica keeps serving its link once it has withdrawn it: the ingress looks at the reports
+# every REPORT_INTERVAL_S, so that requests it sent meanwhile are answered, not refused by a stopping engine.
+LINK_WITHDRAWAL_S = 2.5 * REPORT_INTERVAL_S
 # Where the replicas of applications deployed by others (a RayService) find the links' token.
 TOKEN_VARIABLE = "MODELHOST_LINK_TOKEN"
 # The custom autoscaling metrics each replica reports (cluster.autoscaling reads them): the requests its engine
@@ -99,6 +102,7 @@ class ModelReplica:
         self._settings = settings
         self._reporter: asyncio.Task[None] | None = None
         self._collector: Any = None
+        self.link_address = ""  # where this replica's engine link listens ("": none)
         # The models a multiplexed replica has loaded (its engine's, as Ray's multiplexing loads and evicts).
         self.loaded: set[str] = set()
         # The engine's queue time and count (summed over its models) at the last autoscaling report.
@@ -248,10 +252,14 @@ class ModelReplica:
         """A multiplexed replica keeps the models used over the link recently used in Ray's eyes too."""
 
     async def __del__(self) -> None:
-        """Ray Serve's graceful shutdown of this replica: its last statistics, then the engine stops."""
+        """Ray Serve's graceful shutdown of this replica (scaled in, updated, deleted): its last statistics,
+        which withdraw its link; the ingress's next look at the reports stops sending over it; then the engine
+        stops, finishing what it holds."""
         if self._reporter is not None:
             self._reporter.cancel()
             await self._report(final=True)
+            if self.link_address:
+                await asyncio.sleep(LINK_WITHDRAWAL_S)
         await asyncio.to_thread(self._server.stop)
 
 

@@ -764,7 +764,7 @@ FEATURES: tuple[Item, ...] = (
         State.PARTLY,
         "`modelhost ray serve`: each model or group a Ray Serve deployment, a multiplexed pool for the long tail, "
         "one HTTP/gRPC address, a KubeRay RayService; not yet: ensembles whose steps live in other deployments, "
-        "multiplexed pools over modelhost's link",
+        "TLS and restricted APIs on the ingress",
         "ray.md",
         test="tests/cluster/test_ray_serve.py::test_one_model_scales_out_under_load_and_back",
     ),
