@@ -1,8 +1,13 @@
 """One replica of a Ray Serve deployment: modelhost's engine serving the deployment's models, called over Ray.
 
 Each replica runs a `modelhost.Server` without frontends (the same repository handling, backends, dynamic
-batching, instance groups, python backend and ensembles as `modelhost serve`), on a loop and thread of its own;
-Ray Serve calls the replica's async methods on its loop, which hand each call to the engine's loop and await it.
+batching, instance groups, python backend and ensembles as `modelhost serve`), on a loop and thread of its own,
+and serves its engine's link (modelhost's transport, over TCP, to whoever presents the ingress's token): the
+ingress's inference path. Every second it reports its statistics, metrics page, link address and the models it
+holds to the collector (`cluster.statistics`), and at Ray's autoscaling calls its engine's load
+(`cluster.autoscaling`). Ray Serve calls the replica's async methods (Ray's handle path: model calls, and
+inference where no link is known) on its loop, which hand each call to the engine's loop and await it.
+
 What crosses Ray is `modelhost.types` requests and responses (numpy arrays, pickled by Ray) and, for a failure, a
 `Failure` that the ingress turns back into the same `ModelhostError`, so clients get the wording and status a
 single server gives.
