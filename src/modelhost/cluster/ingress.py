@@ -54,13 +54,6 @@ class IngressSettings:
 
 
 async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Event | None = None) -> int:
-    if (
-        not settings.attach
-    ):  # replicas' memory reservations from the models themselves (actor memory: measured)
-        plan = sized(plan, await asyncio.to_thread(measure, plan))
-        for spec in plan.deployments:
-            if "memory" in spec.actor:
-                log.info("deployment '%s' reserves %d MiB a replica", spec.name, spec.actor["memory"] >> 20)
     cluster = Cluster(plan)
     if settings.attach:  # the replicas were given the token by their environment, not by this ingress
         cluster.link_token = os.environ.get(TOKEN_VARIABLE, "")
@@ -70,16 +63,23 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
     except ClusterError as e:
         log.error("%s", e)
         return 1
+    if not settings.attach:
+        # The replicas' memory reservations, from the models themselves (actor memory: measured).
+        cluster.plan = sized(plan, await asyncio.to_thread(measure, plan))
+        for spec in cluster.plan.deployments:
+            if "memory" in spec.actor:
+                log.info("deployment '%s' reserves %d MiB a replica", spec.name, spec.actor["memory"] >> 20)
     engine = ClusterEngine(cluster, strict_readiness=settings.strict_readiness)
     stop = stop or asyncio.Event()
     http_server: asyncio.Server | None = None
     connections: set[HttpProtocol] = set()
     grpc_server: GrpcServer | None = None
     metrics_server: asyncio.Server | None = None
+    failed = False
     try:
         if settings.attach:
             await engine.attach_plan()
-            log.info("serving %d deployment(s) deployed by others", len(plan.deployments))
+            log.info("serving %d deployment(s) deployed by others", len(cluster.plan.deployments))
             if not cluster.link_token:
                 log.warning(
                     "%s is not set: inference goes through Ray Serve's handles (set the same value here and "
@@ -87,9 +87,9 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
                     TOKEN_VARIABLE,
                 )
         else:
-            log.info("deploying %d deployment(s) onto Ray Serve", len(plan.deployments))
+            log.info("deploying %d deployment(s) onto Ray Serve", len(cluster.plan.deployments))
             failures = await engine.deploy_plan()
-            for spec in plan.deployments:
+            for spec in cluster.plan.deployments:
                 if spec.name in failures:
                     log.error(
                         "deployment '%s' (%s) failed: %s",
@@ -117,12 +117,13 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
             log.info("Started Metrics Service at %s:%d", settings.metrics_address, settings.bound["metrics"])
     except OSError as e:
         log.error("failed to start the ingress: %s", e)
+        failed = True
         stop.set()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    code = 0 if http_server is not None or grpc_server is not None else 1
+    code = 1 if failed or (http_server is None and grpc_server is None) else 0
     lost = asyncio.Event()
     watch = asyncio.create_task(_watch_cluster(cluster, lost, stop))
     links = asyncio.create_task(engine.refresh_links_forever(REPORT_INTERVAL_S))
