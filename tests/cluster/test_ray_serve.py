@@ -475,14 +475,9 @@ def test_a_killed_replica_fails_only_its_requests_and_is_replaced(
     assert _replica_pids(VICTIM) != [pid]
 
 
-def test_an_attached_ingress_serves_deployments_made_by_others(
-    head: str, repository: Path, cluster: RunningServer, http: httpclient.InferenceServerClient
-) -> None:
-    """A second ingress with --attach (as beside a RayService) routes to the first one's deployments, refuses
-    model control, and deletes nothing when it stops. It has no link token: Ray's handles carry its requests."""
-    deployments = cluster.log_path.parent / "deployments.yaml"
+def _start_attached(head: str, repository: Path, log_path: Path, *args: str) -> RunningServer:
+    """A second ingress, attached to the deployments the cluster has (as beside a RayService)."""
     port, grpc_port = free_ports(2)
-    log_path = cluster.log_path.parent / "attached.log"
     command = [
         sys.executable,
         "-m",
@@ -491,18 +486,29 @@ def test_an_attached_ingress_serves_deployments_made_by_others(
         "serve",
         "--attach=true",
         f"--model-repository={repository}",
-        f"--deployments={deployments}",
+    ]
+    command += [
         f"--address={head}",
         f"--http-port={port}",
         f"--grpc-port={grpc_port}",
         "--allow-metrics=false",
-        "--http-address=127.0.0.1",
-        "--grpc-address=127.0.0.1",
-        "--strict-readiness=false",
     ]
+    command += ["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--strict-readiness=false", *args]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=RAY_ENV)
-    attached = RunningServer(process, port, grpc_port, 0, log_path)
+    return RunningServer(process, port, grpc_port, 0, log_path)
+
+
+def test_an_attached_ingress_serves_deployments_made_by_others(
+    head: str, repository: Path, cluster: RunningServer, http: httpclient.InferenceServerClient
+) -> None:
+    """A second ingress with --attach (as beside a RayService) routes to the first one's deployments, refuses
+    model control, and deletes nothing when it stops. It has no link token: Ray's handles carry its requests."""
+    deployments = cluster.log_path.parent / "deployments.yaml"
+    attached = _start_attached(
+        head, repository, cluster.log_path.parent / "attached.log", f"--deployments={deployments}"
+    )
+    process, port = attached.process, attached.http_port
     try:
         _until(
             lambda: _http_ok(port, "/v2/health/ready") or process.poll() is not None, 120, "attached ready"
@@ -572,26 +578,8 @@ def test_the_head_going_away_stops_the_ingress_with_an_error(
     head: str, repository: Path, cluster: RunningServer
 ) -> None:
     """Last: it stops the cluster. An ingress attached to the (now empty) cluster exits with an error."""
-    port, grpc_port = free_ports(2)
-    log_path = cluster.log_path.parent / "orphan.log"
-    command = [
-        sys.executable,
-        "-m",
-        "modelhost",
-        "ray",
-        "serve",
-        "--attach=true",
-        f"--model-repository={repository}",
-        f"--address={head}",
-        f"--http-port={port}",
-        f"--grpc-port={grpc_port}",
-        "--allow-metrics=false",
-        "--http-address=127.0.0.1",
-        "--grpc-address=127.0.0.1",
-    ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=RAY_ENV)
-    orphan = RunningServer(process, port, grpc_port, 0, log_path)
+    orphan = _start_attached(head, repository, cluster.log_path.parent / "orphan.log")
+    process, port = orphan.process, orphan.http_port
     try:
         _until(lambda: _http_ok(port, "/v2/health/live") or process.poll() is not None, 120, "attached live")
         assert process.poll() is None, orphan.log()

@@ -28,6 +28,7 @@ from modelhost.cluster.deploy import Cluster
 from modelhost.cluster.plan import DeploymentSpec
 from modelhost.cluster.replica import Failure
 from modelhost.cluster.statistics import merge, merge_metrics
+from modelhost.engine.engine import EXTENSIONS as ENGINE_EXTENSIONS
 from modelhost.engine_api import CallContext, ModelSignature, ShmKind
 from modelhost.errors import (
     InvalidArgument,
@@ -42,18 +43,9 @@ from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.cluster")
 
-# The extensions a cluster serves (the engine's, less shared memory, tracing and logging, refused below).
-EXTENSIONS = [
-    "classification",
-    "sequence",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-]
+# The extensions a cluster serves: the engine's, less those refused below (tracing, logging; shared memory is never
+# listed, as the engine lists it only when client shared memory is allowed).
+EXTENSIONS = [e for e in ENGINE_EXTENSIONS if e not in ("trace", "logging")]
 
 
 class ClusterEngine:

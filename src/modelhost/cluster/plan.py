@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,8 +69,6 @@ _GROUP_KEYS = {
     "max_models_per_replica",
 }
 _DEFAULT_KEYS = {"autoscaling", "num_replicas", "actor", "max_ongoing_requests", "server"}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?)?B?\s*$", re.IGNORECASE)
-_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 
 
 class PlanError(ValueError):
@@ -370,11 +367,17 @@ def _checked_actor(actor: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _bytes(value: Any, where: str) -> int:
-    """A memory size: bytes, or a number with K, M, G, T (powers of 10) or Ki, Mi, Gi, Ti (powers of 2)."""
+    """A memory size: bytes, or a size as --model-memory-budget takes one (512Mi, 2G, 4GiB)."""
+    from modelhost.engine.registry.model_memory import parse_size
+
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    match = _SIZE.match(str(value)) if isinstance(value, str) else None
-    if match is None:
-        raise PlanError(f"{where} must be bytes or a size such as 512Mi or 2G, not {value!r}")
-    number, unit = match.groups()
-    return int(float(number) * (_UNITS[unit.lower()] if unit else 1))
+    problem = "a percentage of RAM means nothing to Ray" if str(value).strip().endswith("%") else ""
+    if isinstance(value, str) and not problem:
+        try:
+            return parse_size(value.strip())
+        except ValueError as e:
+            problem = str(e)
+    raise PlanError(
+        f"{where} must be bytes or a size such as 512Mi or 2G, not {value!r} ({problem or 'a number'})"
+    )
