@@ -67,3 +67,22 @@ def test_the_builder_makes_the_application_and_refuses_unknown_args() -> None:
         build({"deployment": "d", "repositories": ["/m"], "models": ["a"], "modles": []})
     with pytest.raises(ValueError, match="needs 'models'"):
         build({"deployment": "d", "repositories": ["/m"]})
+
+
+def test_an_ensembles_steps_in_other_deployments_travel_in_its_args() -> None:
+    document = {"deployments": {"pool": {"models": ["b"], "max_models_per_replica": 1}}}
+    plan = plan_from(["/m"], document, ["a", "b", "e"], {"e": ("a", "b")})
+    apps = {app["name"]: app for app in serve_config(plan)["applications"]}
+    assert apps["e"]["args"]["external"] == [
+        {"deployment": "a", "models": ["a"]},
+        {"deployment": "pool", "models": ["b"], "max_models_per_replica": 1},
+    ]
+    assert "external" not in apps["a"]["args"]
+    application = build(apps["e"]["args"])
+    settings = application._bound_deployment.init_args[0]  # what each replica of the ensemble starts with
+    assert [(s.name, s.models, s.max_models_per_replica) for s in settings.external] == [
+        ("a", ("a",), 0),
+        ("pool", ("b",), 1),
+    ]
+    with pytest.raises(ValueError, match="'external' is a list of"):
+        build({**apps["e"]["args"], "external": [{"models": ["a"]}]})

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import modelhost
 from modelhost.cluster.plan import DEFAULT_ACTOR, PlanError, plan_from, read_plan
 
 MODELS = ["a", "b", "c", "d"]
+EXAMPLES = Path(modelhost.__file__).parent / "examples"
 
 
 def _plan(document: Any) -> Any:
@@ -115,6 +118,30 @@ def test_read_from_yaml_against_a_repository(tmp_path: Path) -> None:
         read_plan([str(repo)], tmp_path / "missing.yaml")
     with pytest.raises(PlanError, match="does not exist"):
         read_plan([str(tmp_path / "nothing")], None)
+
+
+def test_an_ensembles_steps_run_where_their_models_are_deployed(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(EXAMPLES / "simple", repo / "simple")
+    shutil.copytree(EXAMPLES / "simple_ensemble", repo / "simple_ensemble")
+    plan = read_plan([str(repo)], None)
+    assert plan.steps == {"simple_ensemble": ("simple",)}  # from its config file, each model once
+    simple, ensemble = plan.deployments
+    assert plan.external_of(ensemble) == (simple,)  # each its own deployment: the steps go to `simple`'s
+    assert plan.external_of(simple) == ()
+    path = tmp_path / "deployments.yaml"
+    path.write_text("deployments:\n  both:\n    models: [simple, simple_ensemble]\n")
+    (both,) = read_plan([str(repo)], path).deployments
+    assert read_plan([str(repo)], path).external_of(both) == ()  # grouped: the steps run in its replicas
+    # A model no deployment serves now (unloaded) loads with the ensemble, as on one server.
+    assert plan.external_of(ensemble, lambda model: None) == ()
+
+
+def test_steps_of_an_ensemble_loaded_with_another_are_followed() -> None:
+    document = {"deployments": {"outer": {"models": ["a", "b"]}}}
+    plan = plan_from(["/repo"], document, MODELS, {"a": ("b", "c"), "b": ("d",)})
+    outer, c, d = plan.deployments
+    assert plan.external_of(outer) == (c, d)  # b loads in `outer` with a, and b's step goes to d's deployment
 
 
 def test_measured_memory_sizes_each_deployments_replicas() -> None:

@@ -79,6 +79,11 @@ def build_repository(repo: Path) -> None:
         shutil.copytree(EXAMPLES / name, repo / name)
     for name in ("a", "b", *POOL):
         _copy_model(EXAMPLES / "simple", repo, name)
+    # An ensemble whose steps' model has a deployment of its own (and no other user in these tests).
+    _copy_model(EXAMPLES / "simple", repo, "steps")
+    _copy_model(EXAMPLES / "simple_ensemble", repo, "split_ensemble")
+    config = repo / "split_ensemble" / "config.pbtxt"
+    config.write_text(config.read_text().replace('model_name: "simple"', 'model_name: "steps"'))
     _copy_model(PYTHON_MODELS / "identity_delay", repo, "hot")
     _copy_model(PYTHON_MODELS / "identity_delay", repo, "hot_queue")
     _copy_model(PYTHON_MODELS / "identity_delay", repo, VICTIM)
@@ -271,6 +276,33 @@ def test_ensemble(http: httpclient.InferenceServerClient) -> None:
     # simple twice: (a+b, a-b) then (2a, 2b)
     assert np.array_equal(answer.as_numpy("OUTPUT0"), 2 * a)
     assert np.array_equal(answer.as_numpy("OUTPUT1"), 2 * np.ones((1, 16), dtype=np.int32))
+
+
+def test_an_ensemble_across_two_deployments(http: httpclient.InferenceServerClient) -> None:
+    """`split_ensemble`'s deployment holds the ensemble alone: its steps run in the deployment of `steps`, are
+    counted there, and cannot run while `steps` is unloaded; loaded again, the ensemble answers again."""
+
+    def steps_counted() -> int:
+        stats = http.get_inference_statistics("steps")["model_stats"]
+        return int(stats[0]["inference_stats"]["success"]["count"]) if stats else 0
+
+    def answers_right() -> None:
+        answer = http.infer("split_ensemble", _simple_inputs(httpclient))
+        assert np.array_equal(answer.as_numpy("OUTPUT0"), 2 * np.arange(16, dtype=np.int32).reshape(1, 16))
+        assert np.array_equal(answer.as_numpy("OUTPUT1"), 2 * np.ones((1, 16), dtype=np.int32))
+
+    before = steps_counted()
+    answers_right()
+    _until(lambda: steps_counted() >= before + 2, 15, "both steps counted in the deployment of `steps`")
+    http.unload_model("steps")
+    _until(lambda: not http.is_model_ready("split_ensemble"), 30, "the ensemble not ready without `steps`")
+    with pytest.raises(InferenceServerException) as e:
+        http.infer("split_ensemble", _simple_inputs(httpclient))
+    assert "in ensemble 'split_ensemble'" in str(e.value) and "'steps'" in str(e.value), str(e.value)
+    assert http.is_model_ready("simple_ensemble")  # another ensemble, on another deployment, unaffected
+    http.load_model("steps")
+    _until(lambda: http.is_model_ready("split_ensemble"), 60, "the ensemble ready once `steps` is back")
+    answers_right()
 
 
 def test_streaming_a_decoupled_model(grpc: grpcclient.InferenceServerClient) -> None:

@@ -13,7 +13,7 @@ import yaml
 from deploy.kube_schemas import load_documents, validate_manifest
 from modelhost.cli.ray import serve_parser
 from modelhost.cluster.apps import serve_config
-from modelhost.cluster.plan import plan_from
+from modelhost.cluster.plan import ensemble_steps, plan_from
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "deploy" / "kuberay" / "modelhost-rayservice.yaml"
@@ -48,8 +48,9 @@ def test_the_serve_config_is_modelhost_ray_configs_and_ray_serve_accepts_it() ->
     documents = _documents()
     args = _ingress_args(documents["RayService"])
     deployments = yaml.safe_load(documents["ConfigMap"]["data"]["deployments.yaml"])
-    models = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith("."))
-    plan = plan_from(args.model_repository, deployments, models)
+    directories = {p.name: p for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    plan = plan_from(args.model_repository, deployments, sorted(directories), ensemble_steps(directories))
+    assert plan.steps == {"simple_ensemble": ("simple",)}  # its steps run in the 'onnx' deployment
     given = yaml.safe_load(documents["RayService"]["spec"]["serveConfigV2"])
     assert given == serve_config(plan)
     import warnings

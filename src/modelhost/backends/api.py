@@ -83,14 +83,37 @@ class EngineHandle(Protocol):
     async def unload_model(self, name: str, parameters: dict[str, Any]) -> None: ...
 
 
+class ExternalModels(Protocol):
+    """Models served outside this engine that an ensemble's steps may name: on a Ray cluster, the models of the
+    other deployments (modelhost.cluster.steps). An ensemble loads with their configurations instead of loading
+    them, is ready while they are, and sends its steps for them here."""
+
+    def serves(self, name: str) -> bool:
+        """Whether steps naming `name` go here (fixed for the engine's life)."""
+        ...
+
+    async def config(self, name: str, versions: set[int]) -> Any:
+        """The model's configuration (ModelConfig, as its own server completed it), once it serves these
+        versions (-1: any); ModelhostError saying why it cannot."""
+        ...
+
+    def healthy(self, name: str, version: str = "") -> bool: ...
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
+
+
 @dataclass(slots=True)
 class BackendServices:
     """What a backend may use of the running server: its event loop, and the engine for models that call other
-    models (python BLS) or manage them. Filled in once the engine exists; empty in unit tests."""
+    models (python BLS) or manage them. Filled in once the engine exists; empty in unit tests.
+    `external_models`: models served elsewhere that ensembles may use (None: every step runs here)."""
 
     loop: asyncio.AbstractEventLoop | None = None
     engine: EngineHandle | None = None
     custom_metrics: CustomMetrics = field(default_factory=CustomMetrics)
+    external_models: ExternalModels | None = None
 
 
 @dataclass(slots=True)

@@ -29,15 +29,20 @@ from typing import Any
 
 from modelhost.cluster.plan import ClusterPlan, DeploymentSpec
 from modelhost.cluster.replica import TOKEN_VARIABLE, ModelReplica, ReplicaSettings, multiplexed_replica
+from modelhost.cluster.serve_state import NAMESPACE, STATISTICS_ACTOR
 
-NAMESPACE = "modelhost"
-STATISTICS_ACTOR = "modelhost-statistics"
 BUILDER = "modelhost.cluster.apps:build"
 
 
 def settings_of(
-    plan: ClusterPlan, spec: DeploymentSpec, overrides: dict[str, str], generation: int, token: str
+    plan: ClusterPlan,
+    spec: DeploymentSpec,
+    overrides: dict[str, str],
+    generation: int,
+    token: str,
+    external: tuple[DeploymentSpec, ...] = (),
 ) -> ReplicaSettings:
+    """`external`: the other deployments its ensembles' steps go to (ClusterPlan.external_of)."""
     return ReplicaSettings(
         deployment=spec.name,
         repositories=plan.repositories,
@@ -48,6 +53,11 @@ def settings_of(
         namespace=NAMESPACE,
         generation=generation,
         link_token=token,
+        # What routing to them needs, no more: their replicas' settings do not update this deployment.
+        external=tuple(
+            DeploymentSpec(s.name, s.models, max_models_per_replica=s.max_models_per_replica)
+            for s in external
+        ),
     )
 
 
@@ -63,25 +73,44 @@ def application(spec: DeploymentSpec, settings: ReplicaSettings) -> Any:
 def build(args: dict[str, Any]) -> Any:
     """Ray Serve's application builder (`import_path: modelhost.cluster.apps:build`): one deployment of
     modelhost replicas from `args` (deployment, repositories, models; optionally max_models_per_replica,
-    server, overrides). Replicas, autoscaling and actor options come from the config's `deployments` entry
-    (named `models`), as Ray Serve applies them over the defaults here."""
+    server, overrides, and `external`: the deployments its ensembles' steps go to, each with its deployment,
+    models and max_models_per_replica). Replicas, autoscaling and actor options come from the config's
+    `deployments` entry (named `models`), as Ray Serve applies them over the defaults here."""
     unknown = sorted(set(args) - _ARGS)
     if unknown:
         raise ValueError(f"unknown modelhost application argument(s): {', '.join(unknown)}")
     for key in ("deployment", "repositories", "models"):
         if key not in args:
             raise ValueError(f"the modelhost application needs '{key}' in its args")
-    spec = DeploymentSpec(
+    spec = _spec(args)
+    others = args.get("external") or []
+    if not isinstance(others, list) or not all(
+        isinstance(other, dict) and "deployment" in other and "models" in other for other in others
+    ):
+        raise ValueError("the modelhost application's 'external' is a list of {deployment, models} mappings")
+    external = tuple(_spec(other) for other in others)
+    plan = ClusterPlan(tuple(args["repositories"]), (spec,), dict(args.get("server") or {}))
+    token = os.environ.get(TOKEN_VARIABLE, "")
+    overrides = dict(args.get("overrides") or {})
+    return application(spec, settings_of(plan, spec, overrides, 0, token, external))
+
+
+def _spec(args: dict[str, Any]) -> DeploymentSpec:
+    return DeploymentSpec(
         name=str(args["deployment"]),
         models=tuple(args["models"]),
         max_models_per_replica=int(args.get("max_models_per_replica", 0)),
     )
-    plan = ClusterPlan(tuple(args["repositories"]), (spec,), dict(args.get("server") or {}))
-    token = os.environ.get(TOKEN_VARIABLE, "")
-    return application(spec, settings_of(plan, spec, dict(args.get("overrides") or {}), 0, token))
 
 
-_ARGS = {"deployment", "repositories", "models", "max_models_per_replica", "server", "overrides"}
+def _external_args(spec: DeploymentSpec) -> dict[str, Any]:
+    found: dict[str, Any] = {"deployment": spec.name, "models": list(spec.models)}
+    if spec.multiplexed:
+        found["max_models_per_replica"] = spec.max_models_per_replica
+    return found
+
+
+_ARGS = {"deployment", "repositories", "models", "max_models_per_replica", "server", "overrides", "external"}
 
 
 def serve_config(plan: ClusterPlan) -> dict[str, Any]:
@@ -97,6 +126,9 @@ def serve_config(plan: ClusterPlan) -> dict[str, Any]:
             args["max_models_per_replica"] = spec.max_models_per_replica
         if plan.server_options:
             args["server"] = dict(plan.server_options)
+        external = plan.external_of(spec)
+        if external:  # its ensembles' steps run in these deployments
+            args["external"] = [_external_args(other) for other in external]
         options = spec.deployment_options()
         options.pop("name")
         applications.append(

@@ -10,22 +10,23 @@ deleted without touching the others. Ray Serve's own HTTP proxy stays off: model
 from __future__ import annotations
 
 import logging
-import secrets
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from modelhost.cluster.plan import ClusterPlan, DeploymentSpec
-from modelhost.cluster.replica import ModelReplica, ReplicaSettings, multiplexed_replica
-from modelhost.cluster.statistics import Report, StatisticsCollector
+from modelhost.cluster.apps import application, settings_of
+from modelhost.cluster.plan import ClusterPlan, DeploymentSpec, Locate
+from modelhost.cluster.serve_state import (
+    DEPLOY_TIMEOUT_S,
+    NAMESPACE,
+    STATISTICS_ACTOR,
+    AppStatus,
+    ServeState,
+)
+from modelhost.cluster.statistics import StatisticsCollector
 
 log = logging.getLogger("modelhost.cluster")
 
-NAMESPACE = "modelhost"
-STATISTICS_ACTOR = "modelhost-statistics"
-# How long a deployment may take to start its replicas (their models load in them) before it counts as failed.
-DEPLOY_TIMEOUT_S = 600.0
 _POLL_S = 0.25
 # How long the head of a cluster given by address may take to accept a connection.
 CONNECT_TIMEOUT_S = 10.0
@@ -35,23 +36,13 @@ class ClusterError(RuntimeError):
     """Ray could not be reached, or refused what was asked of it."""
 
 
-@dataclass(frozen=True)
-class AppStatus:
-    status: str  # Ray Serve's ApplicationStatus: RUNNING, DEPLOYING, DEPLOY_FAILED, UNHEALTHY, DELETING, ...
-    message: str
-    replicas: int = 0  # running now
-
-
-class Cluster:
-    """The Ray cluster the plan's deployments run on."""
+class Cluster(ServeState):
+    """The Ray cluster the plan's deployments run on: what the ingress deploys, updates and deletes there."""
 
     def __init__(self, plan: ClusterPlan) -> None:
-        self.plan = plan
+        super().__init__(plan)
         # Bumped at each update of a deployment: a changed argument makes Ray replace its replicas.
         self._generation: dict[str, int] = {}
-        self.collector: Any = None
-        # The secret the replicas' links ask of the ingress (its own, new at each start).
-        self.link_token = secrets.token_hex(16)
 
     def connect(self, address: str | None, num_cpus: int | None = None) -> None:
         """Join the cluster at `address` ("auto": the one on this machine), or start a local one (None)."""
@@ -89,46 +80,42 @@ class Cluster:
             .remote()
         )
 
-    def settings(self, spec: DeploymentSpec, overrides: dict[str, str]) -> ReplicaSettings:
-        return ReplicaSettings(
-            deployment=spec.name,
-            repositories=self.plan.repositories,
-            models=spec.models,
-            server_options=dict(self.plan.server_options),
-            overrides={m: c for m, c in overrides.items() if m in spec.models},
-            statistics_actor=STATISTICS_ACTOR,
-            namespace=NAMESPACE,
-            generation=self._generation.get(spec.name, 0),
-            link_token=self.link_token,
+    def _application(self, spec: DeploymentSpec, overrides: dict[str, str], locate: Locate | None) -> Any:
+        external = self.plan.external_of(spec, locate)
+        generation = self._generation.get(spec.name, 0)
+        return application(
+            spec, settings_of(self.plan, spec, overrides, generation, self.link_token, external)
         )
 
-    def _application(self, spec: DeploymentSpec, overrides: dict[str, str]) -> Any:
-        from ray import serve
-
-        cls = multiplexed_replica(spec.max_models_per_replica) if spec.multiplexed else ModelReplica
-        deployment: Any = serve.deployment(cls)
-        deployment = deployment.options(**spec.deployment_options())
-        return deployment.bind(self.settings(spec, overrides))
-
-    def deploy_many(self, specs: list[DeploymentSpec], overrides: dict[str, str]) -> dict[str, str]:
-        """Deploy these (all at once, without waiting on each other); the failures, by deployment."""
+    def deploy_many(
+        self, specs: list[DeploymentSpec], overrides: dict[str, str], locate: Locate | None = None
+    ) -> dict[str, str]:
+        """Deploy these (all at once, without waiting on each other); the failures, by deployment. `locate`:
+        the deployment serving a model now (default: the plan's), where an ensemble's steps are sent."""
         from ray import serve
         from ray.serve.api import RunTarget
 
         if not specs:
             return {}
         targets = [
-            RunTarget(target=self._application(spec, overrides), name=spec.name, route_prefix=None)
+            RunTarget(target=self._application(spec, overrides, locate), name=spec.name, route_prefix=None)
             for spec in specs
         ]
         serve.run_many(targets, wait_for_applications_running=False)
         return self.wait([spec.name for spec in specs])
 
-    def deploy(self, spec: DeploymentSpec, overrides: dict[str, str], *, update: bool = False) -> str | None:
+    def deploy(
+        self,
+        spec: DeploymentSpec,
+        overrides: dict[str, str],
+        *,
+        update: bool = False,
+        locate: Locate | None = None,
+    ) -> str | None:
         """Deploy one (a rolling update of it if `update`); why it failed, or None."""
         if update:
             self._generation[spec.name] = self._generation.get(spec.name, 0) + 1
-        return self.deploy_many([spec], overrides).get(spec.name)
+        return self.deploy_many([spec], overrides, locate).get(spec.name)
 
     def wait(self, names: list[str], timeout: float = DEPLOY_TIMEOUT_S) -> dict[str, str]:
         """Wait until each application runs or failed; the failures (and those still starting at the timeout)."""
@@ -155,28 +142,6 @@ class Cluster:
         self._generation.pop(name, None)
         if self.collector is not None:
             self.collector.forget.remote(name)
-
-    def statuses(self) -> dict[str, AppStatus]:
-        from ray import serve
-
-        return {
-            name: AppStatus(str(getattr(app.status, "value", app.status)), app.message or "", _running(app))
-            for name, app in serve.status().applications.items()
-        }
-
-    def handle(self, name: str) -> Any:
-        from ray import serve
-
-        return serve.get_app_handle(name)
-
-    def reports(self) -> list[Report]:
-        """Every replica's last statistics and metrics (cluster.statistics)."""
-        import ray
-
-        if self.collector is None:
-            return []
-        reports: list[Report] = ray.get(self.collector.reports.remote())
-        return reports
 
     def shutdown(self, names: list[str], keep_collector: bool = False) -> None:
         """Delete what this ingress deployed (and the statistics collector, unless others' deployments report
@@ -205,16 +170,6 @@ def _check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         raise ClusterError(
             f"cannot reach the Ray cluster at {address}: {e.strerror or e} (is its head running? `ray status`)"
         ) from None
-
-
-def _running(app: Any) -> int:
-    """The running replicas of an application's deployments (Ray Serve's status, by replica state)."""
-    running = 0
-    for deployment in app.deployments.values():
-        for state, count in deployment.replica_states.items():
-            if str(getattr(state, "value", state)) == "RUNNING":
-                running += int(count)
-    return running
 
 
 _SETTLED = {"RUNNING", "DEPLOY_FAILED", "UNHEALTHY"}

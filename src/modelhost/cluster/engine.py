@@ -2,10 +2,8 @@
 
 modelhost's own HTTP and gRPC frontends run in the ingress (`modelhost ray serve`) over this engine, so clients
 see one server: the same endpoints, wording and statuses. Each call about a model goes to the deployment that
-serves it. Inference takes modelhost's link to the least busy replica (in a multiplexed pool, one that reported
-the model loaded), and Ray Serve's handle where there is none yet (Ray picks the replica; a multiplexed pool's
-requests carry the model as Ray's multiplexed model id, so Ray loads it where it routes them); metadata,
-configuration and control take Ray's handle. Calls about the server combine the deployments' answers;
+serves it, as `cluster.routing` routes (inference over modelhost's link to the least busy replica, other calls
+over Ray's handle); model control takes Ray's handle too. Calls about the server combine the deployments' answers;
 statistics and metrics are the replicas' summed (`cluster.statistics`). Model control deploys, updates (rolling)
 and deletes one deployment without touching the others.
 
@@ -20,26 +18,17 @@ import asyncio
 import dataclasses
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.cluster.deploy import Cluster
-from modelhost.cluster.plan import DeploymentSpec
-from modelhost.cluster.replica import Failure
+from modelhost.cluster.plan import DeploymentSpec, Locate
+from modelhost.cluster.routing import Router, portable
 from modelhost.cluster.statistics import merge, merge_metrics
 from modelhost.engine.engine import EXTENSIONS as ENGINE_EXTENSIONS
-from modelhost.engine_api import CallContext, ModelSignature, ShmKind
-from modelhost.errors import (
-    InvalidArgument,
-    ModelhostError,
-    NotFound,
-    Unavailable,
-    Unsupported,
-    error_from,
-)
-from modelhost.transport.client import EngineGone, RemoteEngine, connect
-from modelhost.types import InferenceRequest, InferenceResponse
+from modelhost.engine_api import ModelSignature, ShmKind
+from modelhost.errors import InvalidArgument, ModelhostError, Unsupported
+from modelhost.types import InferenceRequest
 
 log = logging.getLogger("modelhost.cluster")
 
@@ -48,34 +37,19 @@ log = logging.getLogger("modelhost.cluster")
 EXTENSIONS = [e for e in ENGINE_EXTENSIONS if e not in ("trace", "logging")]
 
 
-class ClusterEngine:
+class ClusterEngine(Router):
     """EngineAPI over the plan's Ray Serve deployments."""
 
     def __init__(
         self, cluster: Cluster, *, server_id: str = "modelhost", strict_readiness: bool = True
     ) -> None:
+        super().__init__(cluster)
         self._cluster = cluster
         self._server_id = server_id
         self._strict_readiness = strict_readiness
-        # The deployment serving each model now, and the deployments by name.
-        self._routes: dict[str, DeploymentSpec] = {}
-        self._deployments: dict[str, DeploymentSpec] = {}
-        # Why a deployment failed to start (its models are then UNAVAILABLE with this reason).
-        self._failures: dict[str, str] = {}
         # Config overrides of models loaded with one (kept for the replicas Ray starts later).
         self._overrides: dict[str, str] = {}
-        self._handles: dict[str, Any] = {}
-        # modelhost's link to each replica of a deployment (its engine over TCP), by deployment and replica: the
-        # inference path. Ray's handle serves until a replica's first report gives its address, and a
-        # multiplexed pool's models that no replica holds.
-        self._links: dict[str, dict[str, RemoteEngine]] = {}
-        # The models each replica held at its last report (what a multiplexed pool's requests are routed by).
-        self._held: dict[str, dict[str, frozenset[str]]] = {}
-        # Links to replicas that withdrew theirs (stopping): closed once their requests are answered.
-        self._draining: list[RemoteEngine] = []
         self._control = asyncio.Lock()
-        # Serving deployments made by someone else (attach_plan).
-        self.attached = False
         self.live = True
         self.accepting = True
 
@@ -96,123 +70,7 @@ class ClusterEngine:
         self.attached = True
         for spec in self._cluster.plan.deployments:
             self._add(spec)
-        await self._follow_statuses()
-
-    async def _follow_statuses(self) -> None:
-        statuses = await asyncio.to_thread(self._cluster.statuses)
-        for name in self._deployments:
-            status = statuses.get(name)
-            if status is not None and status.status == "RUNNING":
-                self._failures.pop(name, None)
-            else:
-                state = status.status.lower() if status is not None else "not deployed"
-                reason = status.message if status is not None and status.message else ""
-                self._failures[name] = f"application '{name}' is {state}" + (f": {reason}" if reason else "")
-
-    def _add(self, spec: DeploymentSpec) -> None:
-        self._deployments[spec.name] = spec
-        for model in spec.models:
-            self._routes[model] = spec
-        self._handles.pop(spec.name, None)
-
-    def _remove(self, spec: DeploymentSpec) -> None:
-        self._draining.extend(self._links.pop(spec.name, {}).values())
-        self._deployments.pop(spec.name, None)
-        self._failures.pop(spec.name, None)
-        self._handles.pop(spec.name, None)
-        for model in spec.models:
-            if self._routes.get(model) is spec:
-                del self._routes[model]
-
-    @property
-    def deployment_names(self) -> list[str]:
-        return list(self._deployments)
-
-    def _route(self, name: str) -> DeploymentSpec:
-        spec = self._routes.get(name)
-        if spec is None:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
-        failure = self._failures.get(spec.name)
-        if failure is not None:
-            raise Unavailable(f"Request for unknown model: '{name}' is not at ready state ({failure})")
-        return spec
-
-    def _handle(self, spec: DeploymentSpec, model: str, *, stream: bool = False) -> Any:
-        handle = self._handles.get(spec.name)
-        if handle is None:
-            handle = self._handles[spec.name] = self._cluster.handle(spec.name)
-        if spec.multiplexed:
-            handle = handle.options(multiplexed_model_id=model, stream=stream)
-        elif stream:
-            handle = handle.options(stream=True)
-        return handle
-
-    def _link(self, spec: DeploymentSpec, model: str) -> RemoteEngine | None:
-        """The least busy link of the deployment's replicas that hold `model`, if any."""
-        links = self._links.get(spec.name)
-        if not links:
-            return None
-        held = self._held.get(spec.name, {})
-        best: RemoteEngine | None = None
-        for replica, link in links.items():
-            if spec.multiplexed and model not in held.get(replica, ()):
-                continue
-            if link.connected and (best is None or link.in_flight < best.in_flight):
-                best = link
-        return best
-
-    async def refresh_links(self) -> None:
-        """Open links to the replicas that reported an address, close those to replicas gone (attached: follow
-        the applications' statuses too)."""
-        if self.attached:
-            await self._follow_statuses()
-        reports = await asyncio.to_thread(self._cluster.reports)
-        wanted: dict[str, dict[str, str]] = {}
-        held: dict[str, dict[str, frozenset[str]]] = {}
-        for report in reports:
-            spec = self._deployments.get(report.deployment)
-            if report.link and spec is not None:
-                wanted.setdefault(report.deployment, {})[report.replica] = report.link
-                held.setdefault(report.deployment, {})[report.replica] = frozenset(report.models)
-        self._held = held
-        for deployment, links in list(self._links.items()):
-            for replica, link in list(links.items()):
-                if replica not in wanted.get(deployment, {}) or not link.connected:
-                    del links[replica]  # no new requests; those in flight finish (the replica waits for them)
-                    self._draining.append(link)
-        for link in list(self._draining):
-            if not link.connected or link.in_flight == 0:
-                self._draining.remove(link)
-                link.close()
-        for deployment, addresses in wanted.items():
-            links = self._links.setdefault(deployment, {})
-            for replica, address in addresses.items():
-                if replica in links:
-                    continue
-                try:
-                    links[replica] = await connect(
-                        address, lambda: None, lambda changes: None, self._cluster.link_token
-                    )
-                except OSError as e:  # a replica stopping: the next report says so
-                    log.debug("no link to replica %s of '%s' at %s: %s", replica, deployment, address, e)
-
-    async def refresh_links_forever(self, interval: float) -> None:
-        while True:
-            try:
-                await self.refresh_links()
-            except Exception as e:  # Ray unreachable for a moment: the cluster watch decides
-                log.debug("refreshing the replicas' links failed: %s", e)
-            await asyncio.sleep(interval)
-
-    async def _call(self, model: str, method: str, *args: Any) -> Any:
-        spec = self._route(model)
-        try:
-            answer = await self._handle(spec, model).call.remote(method, model, *args)
-        except ModelhostError:
-            raise
-        except Exception as e:  # Ray's errors: the replica died, the deployment is gone
-            raise Unavailable(f"the deployment serving '{model}' did not answer: {_ray_reason(e)}") from None
-        return _unwrapped(answer)
+        await self.refresh_statuses()
 
     # -- health and metadata -----------------------------------------------------------------------------------
 
@@ -232,26 +90,9 @@ class ClusterEngine:
     async def server_metadata(self) -> dict[str, Any]:
         return {"name": self._server_id, "version": TRITON_COMPAT_VERSION, "extensions": list(EXTENSIONS)}
 
-    async def model_ready(self, name: str, version: str = "") -> bool:
-        try:
-            spec = self._route(name)
-        except ModelhostError:
-            return False
-        if spec.multiplexed and not version:
-            return True  # loaded on demand by whichever replica its requests reach
-        try:
-            return bool(await self._call(name, "model_ready", name, version))
-        except ModelhostError:
-            return False
-
     async def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         result: dict[str, Any] = await self._call(name, "model_metadata", name, version)
         return result
-
-    async def model_config(self, name: str, version: str = "") -> Any:
-        from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-        return ModelConfig.FromString(await self._call(name, "model_config", name, version))
 
     async def model_signature(self, name: str, version: str = "") -> ModelSignature:
         result: ModelSignature = await self._call(name, "model_signature", name, version)
@@ -260,57 +101,7 @@ class ClusterEngine:
     # -- inference ---------------------------------------------------------------------------------------------
 
     async def check_request(self, request: InferenceRequest) -> None:
-        await self._call(request.model_name, "check_request", _portable(request))
-
-    async def infer(self, request: InferenceRequest, context: CallContext | None = None) -> InferenceResponse:
-        spec = self._route(request.model_name)
-        link = self._link(spec, request.model_name)
-        if link is not None:
-            try:
-                return await link.infer(_portable(request))
-            except EngineGone:
-                raise Unavailable(
-                    f"the deployment serving '{request.model_name}' did not answer: its replica went away"
-                ) from None
-            except NotFound:
-                if not spec.multiplexed:
-                    raise
-                # Evicted since the replica's last report: Ray's multiplexing loads it again below.
-        try:
-            answer = await self._handle(spec, request.model_name).infer.remote(_portable(request))
-        except Exception as e:
-            raise Unavailable(
-                f"the deployment serving '{request.model_name}' did not answer: {_ray_reason(e)}"
-            ) from None
-        response: InferenceResponse = _unwrapped(answer)
-        return response
-
-    async def infer_stream(
-        self, request: InferenceRequest, context: CallContext | None = None
-    ) -> AsyncIterator[InferenceResponse]:
-        spec = self._route(request.model_name)
-        link = None if spec.multiplexed else self._link(spec, request.model_name)
-        if link is not None:
-            try:
-                async for response in link.infer_stream(_portable(request)):
-                    yield response
-            except EngineGone:
-                raise Unavailable(
-                    f"the deployment serving '{request.model_name}' did not answer: its replica went away"
-                ) from None
-            return
-        stream = self._handle(spec, request.model_name, stream=True).infer_stream.remote(_portable(request))
-        try:
-            async for item in stream:
-                yield _unwrapped(item)
-        except ModelhostError:
-            raise
-        except Exception as e:
-            raise Unavailable(
-                f"the deployment serving '{request.model_name}' did not answer: {_ray_reason(e)}"
-            ) from None
-        finally:
-            stream.cancel()  # the client went away, or the stream ended: nothing more is wanted
+        await self._call(request.model_name, "check_request", portable(request))
 
     def sent(self, request: InferenceRequest, send_started_ns: int, *, last: bool = True) -> None:
         return None  # requests are not traced on a cluster (trace_settings refuses)
@@ -425,7 +216,9 @@ class ClusterEngine:
             if config is not None:
                 self._overrides[name] = config
             update = spec.name in self._deployments
-            failure = await asyncio.to_thread(self._cluster.deploy, spec, self._overrides, update=update)
+            failure = await asyncio.to_thread(
+                self._cluster.deploy, spec, self._overrides, update=update, locate=self._locator(spec)
+            )
             if spec.name in self._deployments:
                 self._remove(self._deployments[spec.name])
             self._add(spec)
@@ -451,9 +244,19 @@ class ClusterEngine:
             smaller = dataclasses.replace(spec, models=rest)
             self._remove(spec)
             self._add(smaller)
-            failure = await asyncio.to_thread(self._cluster.deploy, smaller, self._overrides, update=True)
+            failure = await asyncio.to_thread(
+                self._cluster.deploy, smaller, self._overrides, update=True, locate=self._locator(smaller)
+            )
             if failure is not None:
                 self._failures[smaller.name] = failure
+
+    def _locator(self, deploying: DeploymentSpec) -> Locate:
+        """Where each model is served once `deploying` is (where its ensembles' steps go)."""
+
+        def locate(model: str) -> DeploymentSpec | None:
+            return deploying if model in deploying.models else self._routes.get(model)
+
+        return locate
 
     def _repository_models(self) -> list[str]:
         from modelhost.cluster.plan import repository_models
@@ -495,24 +298,3 @@ class ClusterEngine:
 
     async def unregister_shared_memory(self, kind: ShmKind, name: str = "") -> None:
         return None
-
-
-def _portable(request: InferenceRequest) -> InferenceRequest:
-    """The request as it crosses Ray: no trace, and no shared-memory windows (none can be registered here)."""
-    if request.shared_memory:
-        raise InvalidArgument("shared memory is not available on a Ray cluster")
-    if request.trace is not None:
-        request.trace = None
-    return request
-
-
-def _unwrapped(answer: Any) -> Any:
-    if isinstance(answer, Failure):
-        raise error_from(answer.kind, answer.name, answer.message)
-    return answer
-
-
-def _ray_reason(error: BaseException) -> str:
-    """Ray's error, in one line (its messages carry whole tracebacks)."""
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"

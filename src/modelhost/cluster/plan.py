@@ -17,7 +17,9 @@
         max_models_per_replica: 2
 
 A model the file names nowhere (and no `"*"` group takes) gets a deployment of its own, named after it, with the
-defaults. Without a file every model is its own deployment. `server` holds modelhost.Server options (the names of
+defaults. Without a file every model is its own deployment. An ensemble's steps run where their models are
+deployed: in the ensemble's own deployment if the file groups them with it, else in theirs (the ensemble's
+replicas send them there, `external_of`). `server` holds modelhost.Server options (the names of
 `modelhost serve`'s flags with underscores) given to every replica's engine. The file's errors name the key at
 fault, before anything is deployed.
 """
@@ -26,10 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modelhost.engine.registry.ensembles import steps_in_files
 from modelhost.repository.layout import model_directories
 from modelhost.repository.sources import RepositoryError, open_repository
 
@@ -125,6 +129,10 @@ class DeploymentSpec:
         return options
 
 
+# The deployment serving a model now (None: none does).
+Locate = Callable[[str], DeploymentSpec | None]
+
+
 @dataclass(frozen=True)
 class ClusterPlan:
     repositories: tuple[str, ...]
@@ -139,12 +147,36 @@ class ClusterPlan:
             name="", models=(), autoscaling=dict(DEFAULT_AUTOSCALING), actor=dict(DEFAULT_ACTOR)
         )
     )
+    # The models each ensemble of the repositories names in its steps (from its config file).
+    steps: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def deployment_of(self, model: str) -> DeploymentSpec | None:
         for spec in self.deployments:
             if model in spec.models:
                 return spec
         return None
+
+    def external_of(self, spec: DeploymentSpec, locate: Locate | None = None) -> tuple[DeploymentSpec, ...]:
+        """The other deployments serving models that the ensembles of `spec` name in their steps (through
+        ensembles of `spec` itself, too): its replicas send those steps there instead of loading the models.
+        `locate`: the deployment serving a model now (default: the plan's); a model no deployment serves loads
+        with the ensemble, as on one server."""
+        where = locate or self.deployment_of
+        found: dict[str, DeploymentSpec] = {}
+        seen: set[str] = set()
+        todo = [m for m in spec.models if m in self.steps]
+        while todo:
+            model = todo.pop()
+            if model in seen:
+                continue
+            seen.add(model)
+            for step in self.steps.get(model, ()):
+                other = where(step)
+                if other is None or other.name == spec.name:
+                    todo.append(step)  # loaded here: its own steps may live elsewhere
+                else:
+                    found[other.name] = other
+        return tuple(found[name] for name in sorted(found))
 
     def single(self, model: str) -> DeploymentSpec:
         """A deployment of its own for `model`, with the defaults (a model loaded later, outside the file)."""
@@ -153,17 +185,22 @@ class ClusterPlan:
 
 def repository_models(repositories: list[str]) -> list[str]:
     """The model names of the repositories (remote ones mirrored first), as the server would find them."""
-    names: dict[str, str] = {}
+    return sorted(_scan(repositories))
+
+
+def _scan(repositories: list[str]) -> dict[str, Path]:
+    """Each model's directory (remote repositories mirrored first)."""
+    found: dict[str, tuple[str, Path]] = {}
     for url in repositories:
         try:
             root = open_repository(url).sync()
         except RepositoryError as e:
             raise PlanError(str(e)) from None
-        for name in model_directories(root):
-            if name in names:
-                raise PlanError(f"model '{name}' is in two repositories: {names[name]} and {url}")
-            names[name] = url
-    return sorted(names)
+        for name, directory in model_directories(root).items():
+            if name in found:
+                raise PlanError(f"model '{name}' is in two repositories: {found[name][0]} and {url}")
+            found[name] = (url, directory)
+    return {name: path for name, (_, path) in found.items()}
 
 
 def read_plan(repositories: list[str], path: str | Path | None) -> ClusterPlan:
@@ -175,7 +212,17 @@ def read_plan(repositories: list[str], path: str | Path | None) -> ClusterPlan:
         except OSError as e:
             raise PlanError(f"cannot read the deployment file {path}: {e.strerror}") from None
         document = _parse(text, str(path))
-    return plan_from(repositories, document, repository_models(repositories))
+    directories = _scan(repositories)
+    return plan_from(repositories, document, sorted(directories), ensemble_steps(directories))
+
+
+def ensemble_steps(directories: dict[str, Path]) -> dict[str, tuple[str, ...]]:
+    """The models each ensemble among these model directories names in its steps (read from its config file)."""
+    return {
+        name: tuple(dict.fromkeys(found))  # each model once, however many steps name it
+        for name, d in directories.items()
+        if (found := steps_in_files([d], name, None))
+    }
 
 
 def _parse(text: str, where: str) -> Any:
@@ -192,8 +239,14 @@ def _parse(text: str, where: str) -> Any:
         raise PlanError(f"{where}: not YAML: {e}") from None
 
 
-def plan_from(repositories: list[str], document: Any, models: list[str]) -> ClusterPlan:
-    """The plan a parsed deployment file gives for a repository holding `models`."""
+def plan_from(
+    repositories: list[str],
+    document: Any,
+    models: list[str],
+    steps: dict[str, tuple[str, ...]] | None = None,
+) -> ClusterPlan:
+    """The plan a parsed deployment file gives for a repository holding `models` (`steps`: the models its
+    ensembles name, ensemble_steps)."""
     if not isinstance(document, dict):
         raise PlanError("the deployment file must be a mapping with 'defaults' and 'deployments'")
     _only(document, {"defaults", "deployments"}, "the deployment file")
@@ -255,7 +308,9 @@ def plan_from(repositories: list[str], document: Any, models: list[str]) -> Clus
                     f"model '{model}' would get a deployment of its own named '{model}', which a group has"
                 )
             specs.append(_spec(model, (model,), {}, f"model '{model}'", defaults))
-    return ClusterPlan(tuple(repositories), tuple(specs), dict(server), tuple(models), defaults)
+    return ClusterPlan(
+        tuple(repositories), tuple(specs), dict(server), tuple(models), defaults, dict(steps or {})
+    )
 
 
 # Server options the cluster sets itself: each replica serves the models of its deployment, without frontends.

@@ -28,7 +28,9 @@ from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from modelhost.errors import InternalError, ModelhostError
+from modelhost.cluster.failure import Failure
+from modelhost.cluster.plan import DeploymentSpec
+from modelhost.errors import InternalError
 from modelhost.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.cluster")
@@ -61,22 +63,6 @@ CALLS = frozenset(
 
 
 @dataclass(frozen=True)
-class Failure:
-    """A ModelhostError, as it crosses Ray: its kind, class name and message (modelhost.errors.error_from)."""
-
-    kind: str
-    name: str
-    message: str
-
-    @staticmethod
-    def of(error: BaseException) -> Failure:
-        if isinstance(error, ModelhostError):
-            return Failure(error.kind.value, type(error).__name__, str(error))
-        internal = InternalError(f"{type(error).__name__}: {error}")
-        return Failure(internal.kind.value, "InternalError", str(internal))
-
-
-@dataclass(frozen=True)
 class ReplicaSettings:
     """What every replica of one deployment is started with."""
 
@@ -92,6 +78,8 @@ class ReplicaSettings:
     generation: int = 0
     # What the ingress presents on the replicas' links (their TCP ports are open to the cluster's network).
     link_token: str = ""
+    # The other deployments serving models its ensembles' steps name: the steps go there (cluster.steps).
+    external: tuple[DeploymentSpec, ...] = ()
 
 
 class ModelReplica:
@@ -119,11 +107,13 @@ class ModelReplica:
             **settings.server_options,
         ).start()
         try:
+            token = settings.link_token or os.environ.get(TOKEN_VARIABLE, "")
+            if settings.external:
+                self._reach_other_deployments(token)
             for name in self._initial_models():
                 self._server.load(name, settings.overrides.get(name))
             # The ingress's inference path: modelhost's own link (the one frontend processes use) over TCP,
             # beside Ray's handle, which costs milliseconds a call.
-            token = settings.link_token or os.environ.get(TOKEN_VARIABLE, "")
             # Without a token (deployed by someone else, no variable set) no link: Ray's handle serves alone.
             self.link_address = (
                 self._server.call(_open_link(self._server.engine, _node_address(), token)) if token else ""
@@ -132,6 +122,16 @@ class ModelReplica:
             self._server.stop()
             raise  # Ray retries the replica, then reports the deployment failed with this error
         self._replica_id = _replica_id()
+
+    def _reach_other_deployments(self, token: str) -> None:
+        """Send the steps of this deployment's ensembles that name models of other deployments there: the
+        engine's ensembles load with those models' configurations and call them (cluster.steps), on its loop."""
+        from modelhost.cluster.steps import RemoteSteps
+
+        steps = RemoteSteps(self._settings.external, self._settings.repositories, token)
+        self._server.call(steps.start(REPORT_INTERVAL_S))
+        engine: Any = self._server.engine  # the Engine itself: this replica runs it in this process
+        engine.registry.services.external_models = steps
 
     def _initial_models(self) -> tuple[str, ...]:
         return self._settings.models

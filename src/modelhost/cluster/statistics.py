@@ -65,14 +65,23 @@ class StatisticsCollector:
 
     def reports(self) -> list[Report]:
         """Every replica's last report, live and retired."""
+        self._retire_silent()
+        return [report for _, _, report in self._live.values()] + [
+            report._replace(link="") for retired in self._retired.values() for report in retired
+        ]
+
+    def links(self) -> list[Report]:
+        """The live replicas' reports that give a link, without their statistics and metrics page (what routing
+        needs, asked for every second by each router)."""
+        self._retire_silent()
+        return [report._replace(rows=[], page="") for _, _, report in self._live.values() if report.link]
+
+    def _retire_silent(self) -> None:
         now = time.monotonic()
         for replica, (deployment, when, report) in list(self._live.items()):
             if now - when > SILENT_AFTER_S:
                 del self._live[replica]
                 self._retired.setdefault(deployment, []).append(report)
-        return [report for _, _, report in self._live.values()] + [
-            report._replace(link="") for retired in self._retired.values() for report in retired
-        ]
 
 
 def merge(replica_rows: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -379,7 +379,73 @@ async def test_a_cancelled_request_cancels_its_steps() -> None:
 
 
 def test_readiness_follows_the_composing_models() -> None:
-    ens = scheduler(CHAIN, {"double": DOUBLE, "negate": NEGATE}, FakeServer(ANSWERS))
+    ens = scheduler(CHAIN, {"double": DOUBLE, "negate": NEGATE}, FakeServer(dict(ANSWERS)))
     assert ens.ready()
-    ens.services.engine.answers.pop("negate")
+    ens.services.engine.answers.pop("negate")  # its own copy: the other tests keep ANSWERS whole
     assert not ens.ready()
+
+
+# --- steps served elsewhere (services.external_models: another deployment of a Ray cluster)
+
+
+class Elsewhere:
+    """ExternalModels over a FakeServer of its own: the models it `serves`, sent without `internal`."""
+
+    def __init__(self, names: set[str], server: FakeServer) -> None:
+        self.names = names
+        self.server = server
+        self.up = True
+
+    def serves(self, name: str) -> bool:
+        return name in self.names
+
+    async def config(self, name: str, versions: set[int]) -> Any:
+        raise AssertionError("the scheduler never asks for configurations")
+
+    def healthy(self, name: str, version: str = "") -> bool:
+        return self.up
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        return await self.server.infer(request, internal=True)
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        return self.server.infer_stream(request)
+
+
+def split(composing: dict[str, Any], local: FakeServer, elsewhere: Elsewhere) -> EnsembleScheduler:
+    services = BackendServices(engine=local, external_models=elsewhere)
+    return EnsembleScheduler(EnsemblePlan(CHAIN, composing), CHAIN, services)
+
+
+@in_loop
+async def test_a_step_served_elsewhere_is_sent_there_and_the_rest_here() -> None:
+    local, remote = FakeServer(ANSWERS), FakeServer(ANSWERS)
+    elsewhere = Elsewhere({"double"}, remote)
+    ens = split({"double": DOUBLE, "negate": NEGATE}, local, elsewhere)
+    result = await ens.execute(job(["OUT"], A=ONES))
+    np.testing.assert_array_equal(result["OUT"], -2 * ONES)
+    assert [r.model_name for r in remote.requests] == ["double"]
+    assert [r.model_name for r in local.requests] == ["negate"]
+    assert ens.ready()
+    elsewhere.up = False  # its deployment went away: the ensemble cannot answer
+    assert not ens.ready()
+
+
+@in_loop
+async def test_a_decoupled_step_served_elsewhere_streams_from_there() -> None:
+    local, remote = FakeServer(ANSWERS), FakeServer(ANSWERS, decoupled={"double": 2})
+    repeat = model("double", "X:TYPE_FP32:[4]", "Y:TYPE_FP32:[4]", decoupled=True)
+    ens = split({"double": repeat, "negate": NEGATE}, local, Elsewhere({"double"}, remote))
+    sink = ResponseSink()
+    request = Job({"A": ONES}, ["OUT"], 1, request=InferenceRequest("ens"), sink=sink)
+    assert await ens.execute(request) == {}
+    answers = []
+    while True:
+        item = await sink.get()
+        if item.outputs:
+            answers.append(float(item.outputs["OUT"][0, 0]))
+        if item.final:
+            break
+    assert sorted(answers) == [-3.0, -2.0]
+    assert [r.model_name for r in remote.requests] == ["double"]
+    assert [r.model_name for r in local.requests] == ["negate", "negate"]

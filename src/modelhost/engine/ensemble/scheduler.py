@@ -17,7 +17,9 @@ The scheduling follows Triton's ensemble scheduler:
 - `max_inflight_requests` bounds, per step and across all requests of the ensemble, how many requests to the
   step's model are in flight; a decoupled producer's responses then wait for room downstream.
 - Steps are sent through the server (`services.engine.infer`), so composing models keep their own statistics,
-  scheduling and version policy, and a composing model reloaded or unloaded is seen by the next step.
+  scheduling and version policy, and a composing model reloaded or unloaded is seen by the next step. A step
+  naming a model served elsewhere (`services.external_models`: another deployment of a Ray cluster) is sent
+  there instead, and counted there.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ class EnsembleScheduler:
             [asyncio.Semaphore(plan.max_inflight) for _ in plan.steps] if plan.max_inflight > 0 else None
         )
         self._routes: dict[tuple[str, ...], _Route] = {}
+        external = services.external_models
+        # Per step: the models served elsewhere that its requests go to (None: this engine).
+        self.elsewhere = [
+            external if external is not None and external.serves(step.model_name) else None
+            for step in plan.steps
+        ]
 
     async def execute(self, job: Job, priority: int = 0, timeout_us: int = 0) -> Arrays:
         """The requested outputs; for a decoupled ensemble, the responses go to `job.sink` and this returns {}
@@ -109,7 +117,10 @@ class EnsembleScheduler:
         """Every composing model serves (one unloaded makes the ensemble unable to answer)."""
         server = self.services.engine
         return server is not None and all(
-            server.model_healthy(step.model_name, step.model_version) for step in self.plan.steps
+            server.model_healthy(step.model_name, step.model_version)
+            if elsewhere is None
+            else elsewhere.healthy(step.model_name, step.model_version)
+            for step, elsewhere in zip(self.plan.steps, self.elsewhere, strict=True)
         )
 
 
@@ -275,6 +286,7 @@ class _Run:
         limit = limits[step.index] if limits is not None else None
         server = self.scheduler.services.engine
         assert server is not None  # an ensemble runs in an engine
+        elsewhere = self.scheduler.elsewhere[step.index]
         request: InferenceRequest | None = None
         try:
             request = self._request(step, iteration)
@@ -282,7 +294,12 @@ class _Run:
                 await limit.acquire()
             try:
                 if step.decoupled:
-                    async for response in server.infer_stream(request, internal=True):
+                    responses = (
+                        server.infer_stream(request, internal=True)
+                        if elsewhere is None
+                        else elsewhere.infer_stream(request)
+                    )
+                    async for response in responses:
                         if response.error is not None:
                             raise response.error
                         if response.outputs or not response.parameters.get(FINAL_RESPONSE, False):
@@ -291,7 +308,12 @@ class _Run:
                             self._spawn_ready()  # the stream goes on: what its response feeds runs beside it
                             await self._room_after(step)
                 else:
-                    self._produced(step, iteration, await server.infer(request, internal=True))
+                    answer = (
+                        server.infer(request, internal=True)
+                        if elsewhere is None
+                        else elsewhere.infer(request)
+                    )
+                    self._produced(step, iteration, await answer)
             finally:
                 if limit is not None:
                     limit.release()

@@ -592,12 +592,24 @@ class ModelRegistry:
                 f"circular dependency between ensembles: {name} -> ... -> {cycle[-2]} -> {name}"
             )
         configs: dict[str, Any] = {}
+        external = self.services.external_models
         for step in config.ensemble_scheduling.step:
             dependency = step.model_name
             if dependency in configs:
                 continue
             # Triton's words when a composing model cannot serve; then why, which Triton leaves to its log.
             unavailable = f"ensemble {name} contains models that are not available or ambiguous: {dependency}"
+            if external is not None and external.serves(dependency):
+                # Served elsewhere (another deployment of a Ray cluster): its configuration from there, once it
+                # serves the versions the steps name; nothing of it loads here.
+                required = {
+                    s.model_version for s in config.ensemble_scheduling.step if s.model_name == dependency
+                }
+                try:
+                    configs[dependency] = await external.config(dependency, required)
+                except ModelhostError as e:
+                    raise ModelConfigError(f"{unavailable} ({e})") from e
+                continue
             self._waiting[name] = dependency  # until it loads (removed below, or on the next successful load)
             if dependency not in scanned and dependency not in self.models:
                 raise ModelConfigError(unavailable)
