@@ -6,6 +6,9 @@
    models per replica (hits), then to the 5 in turn (each request evicts one model and loads another).
 3. A step in load: 8 closed-loop clients on a python model sleeping 50 ms a request, deployed with
    `max_replicas: 2`, then none; the replica count (from the repository index) over time.
+4. Ensembles (two `simple` steps), HTTP binary at c=8 and c=64: `simple_ensemble` on one server; on the cluster,
+   `simple_ensemble` whose steps run in `simple`'s deployment (each its own deployment), and `grouped_ensemble`
+   whose steps' model shares its deployment (the steps run in the ensemble's replica).
 
     .venv/bin/python benchmarks/ray_serve.py --duration 5 --repeats 2
 """
@@ -45,6 +48,8 @@ deployments:
   pool:
     models: [m1, m2, m3, m4, m5]
     max_models_per_replica: 2
+  pipeline:
+    models: [grouped_ensemble, inner]
   step:
     models: [step]
     autoscaling: {min_replicas: 1, max_replicas: 2, target_ongoing_requests: 2, upscale_delay_s: 0.5,
@@ -65,19 +70,29 @@ def build(repo: Path) -> None:
     for name in POOL:
         _copy(EXAMPLES / "simple", repo, name)
     _copy(PYTHON_MODELS / "identity_delay", repo, "step")
+    shutil.copytree(EXAMPLES / "simple_ensemble", repo / "simple_ensemble")
+    _copy(EXAMPLES / "simple", repo, "inner")
+    _copy(EXAMPLES / "simple_ensemble", repo, "grouped_ensemble")
+    config = repo / "grouped_ensemble" / "config.pbtxt"
+    config.write_text(config.read_text().replace('model_name: "simple"', 'model_name: "inner"'))
 
 
 def load(
-    server: Server, bodies: loadgen.Bodies, response_frame: int, args: argparse.Namespace
+    server: Server,
+    bodies: loadgen.Bodies,
+    response_frame: int,
+    args: argparse.Namespace,
+    model: str = "simple",
+    protocols: tuple[str, ...] = ("http-binary", "grpc-h2load"),
 ) -> dict[str, Any]:
     rows: dict[str, Any] = {}
-    for protocol in ("http-binary", "grpc-h2load"):
+    for protocol in protocols:
         for concurrency in (8, 64):
             runs = []
             for _ in range(args.repeats):
                 if protocol == "http-binary":
                     r = loadgen.run_wrk(
-                        f"{server.http_url}/v2/models/simple/infer",
+                        f"{server.http_url}/v2/models/{model}/infer",
                         bodies.binary_file,
                         bodies.binary_header_len,
                         concurrency,
@@ -96,15 +111,15 @@ def load(
                 if r.errors:
                     raise RuntimeError(f"{server.name} {protocol} c={concurrency}: {r.first_error}")
                 runs.append(r)
-            rows[f"{protocol} c={concurrency}"] = {
+            key = (
+                f"{protocol} c={concurrency}" if model == "simple" else f"{model} {protocol} c={concurrency}"
+            )
+            rows[key] = {
                 "rps": statistics.median(r.rps for r in runs),
                 "p50_ms": statistics.median(r.lat_p50_ms for r in runs),
                 "p99_ms": statistics.median(r.lat_p99_ms for r in runs),
             }
-            print(
-                f"  {server.name} {protocol} c={concurrency}: {rows[f'{protocol} c={concurrency}']}",
-                flush=True,
-            )
+            print(f"  {server.name} {key}: {rows[key]}", flush=True)
     return rows
 
 
@@ -199,16 +214,22 @@ def main() -> int:
             "modelhost",
             repo,
             ports := Ports.pick(),
-            extra_args=["--model-control-mode=explicit", "--load-model=simple"],
+            extra_args=[
+                "--model-control-mode=explicit",
+                "--load-model=simple",
+                "--load-model=simple_ensemble",
+            ],
         ),
         ports,
         work / "serve.log",
     )
     single.start()
+    http_only = ("http-binary",)
     try:
-        single.wait_ready(["simple"])
+        single.wait_ready(["simple", "simple_ensemble"])
         response_frame = 5 + payloads.check_grpc(single.host, ports.grpc, w)  # with the gRPC message prefix
         results["serve"] = load(single, bodies, response_frame, args)
+        results["serve_ensemble"] = load(single, bodies, response_frame, args, "simple_ensemble", http_only)
     finally:
         single.stop()
     (work / "deployments.yaml").write_text(DEPLOYMENTS)
@@ -232,6 +253,11 @@ def main() -> int:
     try:
         ray_server.wait_ready(["simple"], timeout=300)
         results["ray"] = load(ray_server, bodies, response_frame, args)
+        ray_server.wait_ready(["simple_ensemble", "grouped_ensemble"], timeout=60)
+        results["ray_ensemble"] = {
+            **load(ray_server, bodies, response_frame, args, "simple_ensemble", http_only),
+            **load(ray_server, bodies, response_frame, args, "grouped_ensemble", http_only),
+        }
         url = f"127.0.0.1:{ray_ports.http}"
         results["multiplexing"] = multiplexing(url)
         print(f"  multiplexing: {results['multiplexing']}", flush=True)
@@ -248,6 +274,18 @@ def main() -> int:
             f"| {key} | {one['rps']:,.0f} ({one['p50_ms']:.2f}/{one['p99_ms']:.2f}) | "
             f"{other['rps']:,.0f} ({other['p50_ms']:.2f}/{other['p99_ms']:.2f}) | {other['rps'] / one['rps']:.2f} |"
         )
+    print("\n| ensemble, HTTP binary | req/s (p50/p99 ms) | / one server's simple_ensemble |\n|---|---|---|")
+    for concurrency in (8, 64):
+        one = results["serve_ensemble"][f"simple_ensemble http-binary c={concurrency}"]
+        rows = [("one server", one)] + [
+            (f"ray, {model}", results["ray_ensemble"][f"{model} http-binary c={concurrency}"])
+            for model in ("simple_ensemble", "grouped_ensemble")
+        ]
+        for name, row in rows:
+            print(
+                f"| {name} c={concurrency} | {row['rps']:,.0f} ({row['p50_ms']:.2f}/{row['p99_ms']:.2f}) | "
+                f"{row['rps'] / one['rps']:.2f} |"
+            )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2))
     shutil.rmtree(work, ignore_errors=True)

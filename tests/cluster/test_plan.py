@@ -93,12 +93,37 @@ def test_groups_defaults_and_the_long_tail() -> None:
             "'model_control_mode' is set by the cluster",
         ),
         ({"defaults": {"server": {"no_such_option": 1}}}, "unknown server option 'no_such_option'"),
+        (
+            {"deployments": {"g": {"models": ["a"], "server": {"allow_http": True}}}},
+            "deployment 'g': 'server': 'allow_http' is set by the cluster",
+        ),
+        (
+            {"deployments": {"g": {"models": ["a"], "server": [1]}}},
+            "deployment 'g': 'server' must be a mapping",
+        ),
     ],
 )
 def test_errors_name_what_is_wrong(document: Any, message: str) -> None:
     with pytest.raises(PlanError) as e:
         _plan(document)
     assert message in str(e.value)
+
+
+def test_a_deployments_server_options_go_over_the_defaults() -> None:
+    from modelhost.cluster.apps import settings_of
+
+    tail_settings = {"models": ["*"], "max_models_per_replica": 2, "server": {"model_memory_budget": 1 << 28}}
+    plan = _plan(
+        {
+            "defaults": {"server": {"exit_timeout_secs": 5, "model_memory_budget": 1 << 30}},
+            "deployments": {"tail": tail_settings},
+        }
+    )
+    (tail,) = plan.deployments
+    assert tail.server == {"model_memory_budget": 1 << 28}
+    assert "server" not in tail.deployment_options()  # the replicas' engine's, not Ray's
+    settings = settings_of(plan, tail, {}, 0, "token")
+    assert settings.server_options == {"exit_timeout_secs": 5, "model_memory_budget": 1 << 28}
 
 
 def test_read_from_yaml_against_a_repository(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ deployments, and tritonclient against the ingress, compared with a single modelh
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shutil
@@ -20,9 +21,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tritonclient.utils import InferenceServerException
 
 import modelhost
+from e2e.memory_models import write_holder
 from e2e.server_process import RunningServer, _http_ok, free_ports
 
 pytest.importorskip("ray")
@@ -62,6 +66,11 @@ deployments:
   pool:
     models: [m1, m2, m3, m4, m5]
     max_models_per_replica: 2
+  budget_pool:
+    models: [big1, big2]
+    max_models_per_replica: 2
+    actor: {memory: null}
+    server: {model_memory_budget: 262144000}  # 250 MiB: one model of 160 MiB and its stub, not two
 """
 
 
@@ -80,6 +89,9 @@ def build_repository(repo: Path) -> None:
     for name in ("a", "b", *POOL):
         _copy_model(EXAMPLES / "simple", repo, name)
     # An ensemble whose steps' model has a deployment of its own (and no other user in these tests).
+    for name in ("big1", "big2"):
+        write_holder(repo, name, MIB="160")
+    _copy_model(EXAMPLES / "simple", repo, "tuned")  # what `modelhost tune --url` reconfigures
     _copy_model(EXAMPLES / "simple", repo, "steps")
     _copy_model(EXAMPLES / "simple_ensemble", repo, "split_ensemble")
     config = repo / "split_ensemble" / "config.pbtxt"
@@ -338,6 +350,26 @@ def test_multiplexed_pool_serves_more_models_than_it_holds(http: httpclient.Infe
     assert index["m1"]["replicas"] == 1
 
 
+def test_a_pools_memory_budget_applies_in_each_replica(http: httpclient.InferenceServerClient) -> None:
+    """Ray keeps up to 2 models a replica of `budget_pool`, but the replicas' engines have a memory budget that
+    fits one: loading the second unloads the first in the engine, behind Ray's back, and the first is loaded again
+    when asked for, as on one server under a budget."""
+
+    def ask(name: str, value: int) -> int:
+        data = httpclient.InferInput("IN", [1], "INT32")
+        data.set_data_from_numpy(np.array([value], dtype=np.int32))
+        return int(http.infer(name, [data]).as_numpy("OUT")[0])
+
+    def loaded(name: str) -> bool:  # a model's statistics are its loaded versions'
+        return bool(http.get_inference_statistics(name)["model_stats"])
+
+    assert ask("big1", 1) == 1
+    assert ask("big2", 2) == 2
+    _until(lambda: loaded("big2") and not loaded("big1"), 30, "big1 unloaded for big2 by the engine's budget")
+    assert ask("big1", 3) == 3
+    _until(lambda: loaded("big1") and not loaded("big2"), 30, "big2 unloaded for big1")
+
+
 def test_statistics_and_metrics_sum_the_replicas(
     cluster: RunningServer, http: httpclient.InferenceServerClient
 ) -> None:
@@ -558,6 +590,35 @@ def test_an_attached_ingress_serves_deployments_made_by_others(
     finally:
         assert attached.stop(signal.SIGTERM, timeout=60) == 0, attached.log()
     assert http.infer("simple", _simple_inputs(httpclient)).as_numpy("OUTPUT0") is not None  # still deployed
+
+
+def test_modelhost_tune_url_tunes_a_model_on_the_cluster(
+    cluster: RunningServer, http: httpclient.InferenceServerClient, tmp_path: Path
+) -> None:
+    """Each variant is a load with a config override: a rolling update of the model's deployment alone."""
+    before = http.get_model_config("tuned")
+    output = tmp_path / "out"
+    run = subprocess.run(
+        [
+            sys.executable, "-m", "modelhost", "tune", "-m", "tuned", "--url", cluster.http_url,
+            "--metrics-url", f"http://127.0.0.1:{cluster.metrics_port}/metrics", "--time-limit", "45s",
+            "--output", str(output), "--max-instance-count=2", "--max-model-batch-size=8", "--max-concurrency=2",
+            "--measurement-interval=200", "--max-trials=3", "--search=brute", "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=RAY_ENV,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    with (output / "metrics-model-inference.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    variants = {row["Model Config Path"] for row in rows}
+    assert len(variants) >= 2, rows  # measured more than the config it started from
+    assert all(float(row["Throughput (infer/sec)"]) > 0 for row in rows)
+    assert text_format.Parse((output / "config.pbtxt").read_text(), ModelConfig()).name == "tuned"
+    assert http.get_model_config("tuned") == before  # given back its config at the end
+    assert http.is_model_ready("tuned")
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -51,6 +51,18 @@ def test_the_collector_keeps_what_stopped_replicas_counted(monkeypatch: Any) -> 
     assert collector.reports() == []
 
 
+def test_links_are_the_live_replicas_reports_without_their_statistics(monkeypatch: Any) -> None:
+    collector = StatisticsCollector()
+    collector.report("r1", "dep", [_row("a", 2, 1)], "nv_x 1\n", "10.0.0.1:7000", ("a",), final=False)
+    collector.report("r2", "dep", [_row("a", 3, 1)], "", "", ("a",), final=False)  # no link (no token)
+    collector.report("r3", "dep", [_row("a", 3, 1)], "", "10.0.0.3:7000", ("a",), final=True)  # stopped
+    (link,) = collector.links()
+    assert (link.replica, link.deployment, link.link, link.models) == ("r1", "dep", "10.0.0.1:7000", ("a",))
+    assert link.rows == [] and link.page == ""  # what routing needs, not what the statistics sum
+    monkeypatch.setattr(statistics, "SILENT_AFTER_S", -1.0)  # r1 went silent (killed): no link to it
+    assert collector.links() == []
+
+
 def test_metrics_pages_are_summed_by_series() -> None:
     page = """# HELP nv_inference_count Number of inferences
 # TYPE nv_inference_count counter

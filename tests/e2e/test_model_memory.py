@@ -13,7 +13,6 @@ import concurrent.futures
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ import requests
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from e2e.memory_models import write_holder
 from e2e.server_process import RunningServer, running_server
 
 MIB = 1 << 20
@@ -28,63 +28,19 @@ MODEL_MIB = 160
 # Two models of MODEL_MIB and their stub processes fit; a third does not.
 BUDGET = 2 * MODEL_MIB * MIB + 150 * MIB
 
-HOLDER = """
-import json
-import os
-import signal
-import time
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        parameters = json.loads(args["model_config"]).get("parameters", {})
-        setting = {key: value["string_value"] for key, value in parameters.items()}
-        if setting.get("FAIL") == "memory_error":
-            raise MemoryError("cannot allocate the weights")
-        if setting.get("FAIL") == "oom_killed":
-            os.kill(os.getpid(), signal.SIGKILL)
-        # Touched, so that it is resident and not only reserved.
-        self.weights = np.ones(int(setting.get("MIB", "1")) << 18, dtype=np.float32)
-        self.sleep_s = float(setting.get("SLEEP_S", "0"))
-
-    def execute(self, requests):
-        time.sleep(self.sleep_s)
-        return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
-            for r in requests
-        ]
-"""
-
-
-def _holder(repo: Path, name: str, **setting: str) -> None:
-    parameters = "".join(
-        f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n'
-        for key, value in setting.items()
-    )
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(HOLDER)
-    (repo / name / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 0\n'
-        'input [ { name: "IN", data_type: TYPE_INT32, dims: [ 1 ] } ]\n'
-        'output [ { name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] } ]\n' + parameters
-    )
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: int) -> Iterator[RunningServer]:
     base = tmp_path_factory.mktemp("memory")
     repo = base / "repo"
     for name in ("big_a", "big_b", "big_c"):
-        _holder(repo, name, MIB=str(MODEL_MIB))
-    _holder(repo, "big_slow", MIB=str(MODEL_MIB), SLEEP_S="3")
-    _holder(repo, "pinned", MIB="1")
-    _holder(repo, "huge", MIB=str(3 * MODEL_MIB))
-    _holder(repo, "memory_error", FAIL="memory_error")
-    _holder(repo, "oom_killed", FAIL="oom_killed")
-    _holder(repo, "on_demand", MIB="1")
+        write_holder(repo, name, MIB=str(MODEL_MIB))
+    write_holder(repo, "big_slow", MIB=str(MODEL_MIB), SLEEP_S="3")
+    write_holder(repo, "pinned", MIB="1")
+    write_holder(repo, "huge", MIB=str(3 * MODEL_MIB))
+    write_holder(repo, "memory_error", FAIL="memory_error")
+    write_holder(repo, "oom_killed", FAIL="oom_killed")
+    write_holder(repo, "on_demand", MIB="1")
     with running_server(
         [repo],
         base / "server.log",

@@ -47,7 +47,7 @@ def settings_of(
         deployment=spec.name,
         repositories=plan.repositories,
         models=spec.models,
-        server_options=dict(plan.server_options),
+        server_options={**plan.server_options, **spec.server},
         overrides={m: c for m, c in overrides.items() if m in spec.models},
         statistics_actor=STATISTICS_ACTOR,
         namespace=NAMESPACE,
@@ -124,8 +124,9 @@ def serve_config(plan: ClusterPlan) -> dict[str, Any]:
         }
         if spec.multiplexed:
             args["max_models_per_replica"] = spec.max_models_per_replica
-        if plan.server_options:
-            args["server"] = dict(plan.server_options)
+        server = {**plan.server_options, **spec.server}
+        if server:
+            args["server"] = server
         external = plan.external_of(spec)
         if external:  # its ensembles' steps run in these deployments
             args["external"] = [_external_args(other) for other in external]

@@ -15,13 +15,14 @@
       tail:                         # the long tail: any model not named elsewhere, at most 2 loaded per replica
         models: ["*"]
         max_models_per_replica: 2
+        server: {model_memory_budget: 1Gi}   # this deployment's replicas' options, over defaults.server
 
 A model the file names nowhere (and no `"*"` group takes) gets a deployment of its own, named after it, with the
 defaults. Without a file every model is its own deployment. An ensemble's steps run where their models are
 deployed: in the ensemble's own deployment if the file groups them with it, else in theirs (the ensemble's
 replicas send them there, `external_of`). `server` holds modelhost.Server options (the names of
-`modelhost serve`'s flags with underscores) given to every replica's engine. The file's errors name the key at
-fault, before anything is deployed.
+`modelhost serve`'s flags with underscores) given to every replica's engine; a deployment's own `server` adds to
+them and overrides them for its replicas. The file's errors name the key at fault, before anything is deployed.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ _GROUP_KEYS = {
     "actor",
     "max_ongoing_requests",
     "max_models_per_replica",
+    "server",
 }
 _DEFAULT_KEYS = {"autoscaling", "num_replicas", "actor", "max_ongoing_requests", "server"}
 
@@ -93,6 +95,8 @@ class DeploymentSpec:
     autoscaling: dict[str, Any] = field(default_factory=dict)
     actor: dict[str, Any] = field(default_factory=dict)
     max_ongoing_requests: int = DEFAULT_MAX_ONGOING
+    # modelhost.Server options of this deployment's replicas, over the plan's (ClusterPlan.server_options).
+    server: dict[str, Any] = field(default_factory=dict)
 
     @property
     def multiplexed(self) -> bool:
@@ -257,7 +261,7 @@ def plan_from(
     server = raw_defaults.get("server") or {}
     if not isinstance(server, dict):
         raise PlanError("'defaults.server' must be a mapping of modelhost.Server options")
-    _check_server_options(server)
+    _check_server_options(server, "'defaults.server'")
     defaults = _spec(
         "",
         (),
@@ -327,15 +331,15 @@ _CLUSTER_SET = {
 }
 
 
-def _check_server_options(server: dict[str, Any]) -> None:
+def _check_server_options(server: dict[str, Any], where: str) -> None:
     from modelhost.options import ServerOptions
 
     fields = {f.name for f in dataclasses.fields(ServerOptions)}
     for key in server:
         if key in _CLUSTER_SET:
-            raise PlanError(f"'defaults.server': '{key}' is set by the cluster itself")
+            raise PlanError(f"{where}: '{key}' is set by the cluster itself")
         if key not in fields:
-            raise PlanError(f"'defaults.server': unknown server option '{key}'")
+            raise PlanError(f"{where}: unknown server option '{key}'")
 
 
 def _only(mapping: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -375,6 +379,10 @@ def _spec(
     per_replica = 0
     if "max_models_per_replica" in raw:
         per_replica = _positive_int(raw["max_models_per_replica"], f"{where}: 'max_models_per_replica'")
+    server = raw.get("server") or {}
+    if not isinstance(server, dict):
+        raise PlanError(f"{where}: 'server' must be a mapping of modelhost.Server options")
+    _check_server_options(server, f"{where}: 'server'")
     return DeploymentSpec(
         name=name,
         models=models,
@@ -383,6 +391,7 @@ def _spec(
         autoscaling=autoscaling,
         actor=actor,
         max_ongoing_requests=max_ongoing,
+        server=dict(server),
     )
 
 

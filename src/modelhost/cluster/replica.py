@@ -244,13 +244,14 @@ class ModelReplica:
             link = "" if final else self.link_address
             await self._touch_used(rows)
             await self._collector.report.remote(
-                self._replica_id, self._settings.deployment, rows, page, link, self.held(), final
+                self._replica_id, self._settings.deployment, rows, page, link, self.held(rows), final
             )
         except Exception as e:  # statistics never fail a replica
             log.debug("statistics report failed: %s", e)
 
-    def held(self) -> tuple[str, ...]:
-        """The models this replica serves now (a multiplexed replica: those it has loaded)."""
+    def held(self, rows: list[dict[str, Any]]) -> tuple[str, ...]:
+        """The models this replica serves now (a multiplexed replica: those it has loaded; `rows`: its
+        engine's statistics, a row per loaded model version)."""
         return self._settings.models
 
     async def _touch_used(self, rows: list[dict[str, Any]]) -> None:
@@ -343,8 +344,11 @@ def multiplexed_replica(max_models: int) -> type[ModelReplica]:
             self.loaded.add(name)
             return _Loaded(self, name)
 
-        def held(self) -> tuple[str, ...]:
-            return tuple(sorted(getattr(self, "loaded", ())))
+        def held(self, rows: list[dict[str, Any]]) -> tuple[str, ...]:
+            # Those Ray's multiplexing loaded that the engine still has: its memory budget or idle unloading
+            # (server options) may have unloaded some since.
+            engine_has = {str(row.get("name")) for row in rows}
+            return tuple(sorted(n for n in getattr(self, "loaded", ()) if n in engine_has))
 
         async def _touch_used(self, rows: list[dict[str, Any]]) -> None:
             # Requests over the link do not pass through Ray's multiplexing, whose least recently used model is
@@ -359,6 +363,13 @@ def multiplexed_replica(max_models: int) -> type[ModelReplica]:
         async def _enter(self, model: str) -> None:
             self._start_reporting()
             await self._model(model)
+            engine = self._server.engine
+            if not await self._engine_call(engine.model_ready(model)):
+                # Unloaded by the engine itself (its memory budget, idle unloading) while Ray's multiplexing
+                # still counts it loaded here: loaded again, as a single server loads an evicted model on demand.
+                await self._engine_call(
+                    engine.load_model(model, _load_parameters(self._settings, model), files_base64=False)
+                )
 
     return MultiplexedReplica
 
