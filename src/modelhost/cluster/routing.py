@@ -137,10 +137,10 @@ class Router:
                 best = link
         return best
 
-    async def refresh_links(self) -> None:
-        """Open links to the replicas that reported an address, close those to replicas gone (attached: follow
-        the applications' statuses too)."""
-        if self.attached:
+    async def refresh_links(self, statuses: bool = True) -> None:
+        """Open links to the replicas that reported an address, close those to replicas gone (attached, and
+        `statuses`: follow the applications' statuses too)."""
+        if self.attached and statuses:
             await self.refresh_statuses()
         reports = await asyncio.to_thread(self._state.links)
         wanted: dict[str, dict[str, str]] = {}
@@ -172,12 +172,16 @@ class Router:
                 except OSError as e:  # a replica stopping: the next report says so
                     log.debug("no link to replica %s of '%s' at %s: %s", replica, deployment, address, e)
 
-    async def refresh_links_forever(self, interval: float) -> None:
+    async def refresh_links_forever(self, interval: float, statuses_every: int = 1) -> None:
+        """Refresh the links every `interval` seconds, and the statuses at every `statuses_every`-th time (Ray
+        Serve's status costs its controller a few milliseconds of CPU each time)."""
+        rounds = 0
         while True:
             try:
-                await self.refresh_links()
+                await self.refresh_links(statuses=rounds % statuses_every == 0)
             except Exception as e:  # Ray unreachable for a moment: the cluster watch decides
                 log.debug("refreshing the replicas' links failed: %s", e)
+            rounds += 1
             await asyncio.sleep(interval)
 
     async def _call(self, model: str, method: str, *args: Any) -> Any:

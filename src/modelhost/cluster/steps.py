@@ -5,7 +5,7 @@ An ensemble's deployment does not load the models its steps name where the plan 
 (`ClusterPlan.external_of`): each step's model then runs, scales and is counted in its own deployment, as on
 one server it runs in its own model. The ensemble's replicas route to those deployments as the ingress does
 (`cluster.routing`: modelhost's link to the least busy replica, Ray's handle until one reports), following the
-applications' status every report interval: a step's model is healthy while its application serves. At load,
+applications' status every few seconds: a step's model is healthy while its application serves. At load,
 the ensemble waits for each such application to serve, then takes the model's configuration from it (as its
 server completed it).
 """
@@ -26,6 +26,9 @@ from modelhost.types import InferenceRequest, InferenceResponse
 
 # How often a load waiting for a step's deployment looks at its status.
 _POLL_S = 0.25
+# The applications' status is followed at every STATUSES_EVERY-th refresh of the links (every 5 s): each look
+# costs Ray Serve's controller CPU, and every replica of every such ensemble looks.
+STATUSES_EVERY = 5
 
 
 class RemoteSteps:
@@ -46,7 +49,9 @@ class RemoteSteps:
             self._router._add(spec)
         with contextlib.suppress(Exception):  # Ray busy for a moment: the refresher tries again
             await self._router.refresh_links()
-        self._refresher = asyncio.get_running_loop().create_task(self._router.refresh_links_forever(interval))
+        self._refresher = asyncio.get_running_loop().create_task(
+            self._router.refresh_links_forever(interval, STATUSES_EVERY)
+        )
 
     def close(self) -> None:
         if self._refresher is not None:
