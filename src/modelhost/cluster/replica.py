@@ -363,13 +363,10 @@ def multiplexed_replica(max_models: int) -> type[ModelReplica]:
         async def _enter(self, model: str) -> None:
             self._start_reporting()
             await self._model(model)
-            engine = self._server.engine
-            if not await self._engine_call(engine.model_ready(model)):
-                # Unloaded by the engine itself (its memory budget, idle unloading) while Ray's multiplexing
-                # still counts it loaded here: loaded again, as a single server loads an evicted model on demand.
-                await self._engine_call(
-                    engine.load_model(model, _load_parameters(self._settings, model), files_base64=False)
-                )
+            # Unloaded by the engine itself (its memory budget, idle unloading) while Ray's multiplexing still
+            # counts it loaded here: loaded again, as one server loads an evicted model on demand (a pool's models
+            # have no config override to keep). A cheap lookup when it is loaded.
+            await self._engine_call(self._server.engine.reload_if_evicted(model))
 
     return MultiplexedReplica
 
