@@ -38,3 +38,18 @@ def test_config_prints_one_application_per_deployment_with_measured_memory(
     assert application["args"]["models"] == ["simple"]
     (deployment,) = application["deployments"]
     assert deployment["ray_actor_options"]["memory"] >= 64 << 20  # measured: the model's load, and the floor
+
+
+def test_the_ingress_ports_flags_are_checked_as_modelhost_serves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(EXAMPLES / "simple", tmp_path / "repo" / "simple")
+    serve = ["ray", "serve", f"--model-repository={tmp_path / 'repo'}", "--allow-metrics=false"]
+    assert main([*serve, "--http-use-ssl=true"]) == 2
+    assert "--http-use-ssl needs --http-server-cert and --http-server-key" in capsys.readouterr().err
+    assert main([*serve, "--grpc-restricted-protocol=nope:a=b"]) == 2
+    assert "unknown restricted protocol 'nope'" in capsys.readouterr().err
+    missing = [f"--grpc-server-cert={tmp_path / 'none.pem'}", f"--grpc-server-key={tmp_path / 'none.key'}"]
+    # A certificate that cannot be read stops the ingress before it joins (or starts) a Ray cluster.
+    assert main([*serve, "--grpc-use-ssl=true", *missing]) == 1
+    assert "cannot use --grpc-server-cert=" in capsys.readouterr().err

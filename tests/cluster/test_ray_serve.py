@@ -26,6 +26,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tritonclient.utils import InferenceServerException
 
 import modelhost
+from e2e.certificates import CertificateAuthority
 from e2e.memory_models import write_holder
 from e2e.server_process import RunningServer, _http_ok, free_ports
 
@@ -561,6 +562,58 @@ def _start_attached(head: str, repository: Path, log_path: Path, *args: str) -> 
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=RAY_ENV)
     return RunningServer(process, port, grpc_port, 0, log_path)
+
+
+def test_the_ingress_takes_tls_and_restricted_apis_as_modelhost_serve(
+    head: str, repository: Path, cluster: RunningServer, tmp_path: Path
+) -> None:
+    """`modelhost serve`'s TLS and restricted-API flags on the ingress's ports (here an attached one's)."""
+    authority = CertificateAuthority(tmp_path, "ca")
+    pem = authority.issue("server")
+    tls = ["--http-use-ssl=true", "--grpc-use-ssl=true"]
+    tls += [
+        f"--{port}-server-{part}={getattr(pem, part)}"
+        for port in ("http", "grpc")
+        for part in ("cert", "key")
+    ]
+    restricted = [
+        "--http-restricted-api=model-repository:admin-key=s3cret",
+        "--grpc-restricted-protocol=model-repository:admin-key=s3cret",
+    ]
+    deployments = f"--deployments={cluster.log_path.parent / 'deployments.yaml'}"
+    secure = _start_attached(head, repository, tmp_path / "secure.log", deployments, *tls, *restricted)
+    https = httpclient.InferenceServerClient(
+        f"localhost:{secure.http_port}", ssl=True, ssl_options={"ca_certs": str(authority.pem.cert)}
+    )
+    grpcs = grpcclient.InferenceServerClient(
+        f"localhost:{secure.grpc_port}", ssl=True, root_certificates=str(authority.pem.cert)
+    )
+    try:
+
+        def ready() -> bool:
+            assert secure.process.poll() is None, secure.log()
+            try:
+                return bool(https.is_server_ready())
+            except Exception:  # not listening yet
+                return False
+
+        _until(ready, 120, "the TLS ingress ready")
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        assert np.array_equal(https.infer("simple", _simple_inputs(httpclient)).as_numpy("OUTPUT0"), a + 1)
+        assert np.array_equal(grpcs.infer("simple", _simple_inputs(grpcclient)).as_numpy("OUTPUT0"), a + 1)
+        with pytest.raises(InferenceServerException) as e:
+            https.get_model_repository_index()
+        assert "This API is restricted, expecting header 'admin-key'" in str(e.value)
+        assert https.get_model_repository_index(headers={"admin-key": "s3cret"})
+        with pytest.raises(InferenceServerException) as e:
+            grpcs.get_model_repository_index()
+        assert e.value.status() == "StatusCode.UNAVAILABLE" and "This protocol is restricted" in str(e.value)
+        assert grpcs.get_model_repository_index(headers={"triton-grpc-protocol-admin-key": "s3cret"}).models
+        assert not _http_ok(secure.http_port, "/v2/health/live")  # no cleartext on the TLS port
+    finally:
+        https.close()
+        grpcs.close()
+        assert secure.stop(signal.SIGTERM, timeout=120) == 0, secure.log()
 
 
 def test_an_attached_ingress_serves_deployments_made_by_others(

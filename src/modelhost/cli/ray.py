@@ -102,6 +102,59 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
         help="Ready only while every deployment runs (true), or whenever the ingress serves (false).",
     )
     serve.add_argument("--log-verbose", type=int, default=0, metavar="LEVEL")
+    _frontend_options(serve)
+
+
+def _frontend_options(serve: argparse.ArgumentParser) -> None:
+    """The ingress's ports as `modelhost serve`'s: TLS, restricted APIs and header forwarding, same flags."""
+    for port in ("http", "grpc"):
+        serve.add_argument(f"--{port}-use-ssl", type=_flag, default=False, metavar="BOOL")
+        serve.add_argument(f"--{port}-use-ssl-mutual", type=_flag, default=False, metavar="BOOL")
+        for name in ("server-cert", "server-key", "root-cert"):
+            serve.add_argument(f"--{port}-{name}", default="", metavar="PEM")
+        serve.add_argument(f"--{port}-header-forward-pattern", default="", metavar="REGEX")
+    serve.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="APIS:KEY=VALUE",
+        help="As `modelhost serve --http-restricted-api`; may be repeated.",
+    )
+    serve.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="PROTOCOLS:KEY=VALUE",
+        help="As `modelhost serve --grpc-restricted-protocol`; may be repeated.",
+    )
+
+
+def frontend_options(args: argparse.Namespace) -> ServerOptions:
+    """What the flags ask of the ingress's HTTP and gRPC ports, checked as `modelhost serve` checks them
+    (ValueError in its words)."""
+    from modelhost.frontends.restrictions import GRPC_HEADER_PREFIX, Restrictions, add_restriction
+
+    http: Restrictions = {}
+    grpc: Restrictions = {}
+    for raw in args.http_restricted_api:
+        add_restriction(http, raw, "http-restricted-api")
+    for raw in args.grpc_restricted_protocol:
+        add_restriction(
+            grpc, raw, "grpc-restricted-protocol", key_prefix=GRPC_HEADER_PREFIX, feature="protocol"
+        )
+    tls = {
+        f"{port}_{name}": getattr(args, f"{port}_{name}")
+        for port in ("http", "grpc")
+        for name in ("use_ssl", "use_ssl_mutual", "server_cert", "server_key", "root_cert")
+    }
+    return ServerOptions(
+        model_repositories=list(args.model_repository),
+        http_restricted_api=http,
+        grpc_restricted_protocol=grpc,
+        http_header_forward_pattern=args.http_header_forward_pattern,
+        grpc_header_forward_pattern=args.grpc_header_forward_pattern,
+        **tls,
+    )
 
 
 def main(argv: Sequence[str]) -> int:
@@ -122,8 +175,9 @@ def main(argv: Sequence[str]) -> int:
 
     configure_logging(ServerOptions(log_verbose=args.log_verbose))
     try:
+        frontend = frontend_options(args)
         plan = read_plan(args.model_repository, args.deployments)
-    except PlanError as e:
+    except (PlanError, ValueError) as e:
         print(f"modelhost ray: error: {e}", file=sys.stderr)
         return USAGE_ERROR
     settings = IngressSettings(
@@ -137,6 +191,7 @@ def main(argv: Sequence[str]) -> int:
         metrics_port=args.metrics_port if args.allow_metrics else None,
         strict_readiness=args.strict_readiness,
         attach=args.attach,
+        frontend=frontend,
     )
     logging.getLogger("modelhost").info("serving %s on Ray", ", ".join(args.model_repository))
     import uvloop

@@ -24,6 +24,7 @@ from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
 from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol, http_limits, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.frontends.tls import TlsError, TlsPorts, grpc_tls, http_tls
 from modelhost.options import ServerOptions
 
 log = logging.getLogger("modelhost.cluster")
@@ -49,11 +50,19 @@ class IngressSettings:
     strict_readiness: bool = True
     # Route to the plan's applications as deployed by others (a RayService) instead of deploying them.
     attach: bool = False
+    # The HTTP and gRPC ports' TLS, restricted APIs, header forwarding and limits (`modelhost serve`'s flags).
+    frontend: ServerOptions = field(default_factory=ServerOptions)
     # Filled in once serving: the ports bound (a port of 0 asked for any).
     bound: dict[str, int] = field(default_factory=dict)
 
 
 async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Event | None = None) -> int:
+    options = settings.frontend
+    try:  # a certificate that cannot be used stops the ingress before it joins the cluster
+        tls = TlsPorts(http_tls(options), grpc_tls(options))
+    except TlsError as e:
+        log.error("%s", e)
+        return 1
     cluster = Cluster(plan)
     if settings.attach:  # the replicas were given the token by their environment, not by this ingress
         cluster.link_token = os.environ.get(TOKEN_VARIABLE, "")
@@ -99,17 +108,29 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
                     )
                 else:
                     log.info("deployment '%s' serves %s", spec.name, ", ".join(spec.models))
-        defaults = ServerOptions()
         if settings.http_port is not None:
-            routes = HttpRoutes(engine, defaults.http_max_input_size, {}, "", None)
+            routes = HttpRoutes(
+                engine,
+                options.http_max_input_size,
+                options.http_restricted_api,
+                options.http_header_forward_pattern,
+                None,
+            )
             http_server, connections = await start_http_server(
-                routes, settings.http_address, settings.http_port, http_limits(defaults)
+                routes, settings.http_address, settings.http_port, http_limits(options), ssl=tls.http
             )
             settings.bound["http"] = int(http_server.sockets[0].getsockname()[1])
             log.info("Started HTTPService at %s:%d", settings.http_address, settings.bound["http"])
         if settings.grpc_port is not None:
-            grpc_server = GrpcServer(engine, grpc_limits(defaults), {}, "")
-            settings.bound["grpc"] = await grpc_server.start(settings.grpc_address, settings.grpc_port)
+            grpc_server = GrpcServer(
+                engine,
+                grpc_limits(options),
+                options.grpc_restricted_protocol,
+                options.grpc_header_forward_pattern,
+            )
+            settings.bound["grpc"] = await grpc_server.start(
+                settings.grpc_address, settings.grpc_port, ssl=tls.grpc
+            )
             log.info("Started GRPCInferenceService at %s:%d", settings.grpc_address, settings.bound["grpc"])
         if settings.metrics_port is not None:
             metrics_server = await _start_metrics(engine, settings.metrics_address, settings.metrics_port)
@@ -123,6 +144,9 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    if tls:  # SIGHUP: the ports' certificates again from their files, connections kept (as `modelhost serve`)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, tls.reload)
     code = 1 if failed or (http_server is None and grpc_server is None) else 0
     lost = asyncio.Event()
     watch = asyncio.create_task(_watch_cluster(cluster, lost, stop))
