@@ -25,7 +25,7 @@ def _engine(document: dict[str, Any]) -> tuple[ClusterEngine, Any]:
     plan = plan_from(["/m"], document, ["a", "b", "c"])
     engine = ClusterEngine(cast(Any, FakeCluster(plan)))
     for spec in plan.deployments:
-        engine._add(spec)
+        engine.add(spec)
     return engine, plan
 
 

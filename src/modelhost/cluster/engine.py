@@ -3,7 +3,7 @@
 modelhost's own HTTP and gRPC frontends run in the ingress (`modelhost ray serve`) over this engine, so clients
 see one server: the same endpoints, wording and statuses. Each call about a model goes to the deployment that
 serves it, as `cluster.routing` routes (inference over modelhost's link to the least busy replica, other calls
-over Ray's handle); model control takes Ray's handle too. Calls about the server combine the deployments' answers;
+over Ray's handle). Calls about the server combine the deployments' answers;
 statistics and metrics are the replicas' summed (`cluster.statistics`). Model control deploys, updates (rolling)
 and deletes one deployment without touching the others.
 
@@ -60,7 +60,7 @@ class ClusterEngine(Router):
         specs = list(self._cluster.plan.deployments)
         failures = await asyncio.to_thread(self._cluster.deploy_many, specs, self._overrides)
         for spec in specs:
-            self._add(spec)
+            self.add(spec)
         self._failures.update(failures)
         return failures
 
@@ -69,7 +69,7 @@ class ClusterEngine(Router):
         control is refused, and a deployment serves while Ray Serve says its application runs."""
         self.attached = True
         for spec in self._cluster.plan.deployments:
-            self._add(spec)
+            self.add(spec)
         await self.refresh_statuses()
 
     # -- health and metadata -----------------------------------------------------------------------------------
@@ -220,8 +220,8 @@ class ClusterEngine(Router):
                 self._cluster.deploy, spec, self._overrides, update=update, locate=self._locator(spec)
             )
             if spec.name in self._deployments:
-                self._remove(self._deployments[spec.name])
-            self._add(spec)
+                self.remove(self._deployments[spec.name])
+            self.add(spec)
             if failure is not None:
                 self._failures[spec.name] = failure
                 raise InvalidArgument(f"failed to load '{name}': {failure}")
@@ -238,12 +238,12 @@ class ClusterEngine(Router):
                 del self._routes[name]  # its replicas drop it as their least recently used
                 return
             if not rest:
-                self._remove(spec)
+                self.remove(spec)
                 await asyncio.to_thread(self._cluster.delete, spec.name)
                 return
             smaller = dataclasses.replace(spec, models=rest)
-            self._remove(spec)
-            self._add(smaller)
+            self.remove(spec)
+            self.add(smaller)
             failure = await asyncio.to_thread(
                 self._cluster.deploy, smaller, self._overrides, update=True, locate=self._locator(smaller)
             )

@@ -85,13 +85,15 @@ class Router:
                 reason = status.message if status is not None and status.message else ""
                 self._failures[name] = f"application '{name}' is {state}" + (f": {reason}" if reason else "")
 
-    def _add(self, spec: DeploymentSpec) -> None:
+    def add(self, spec: DeploymentSpec) -> None:
+        """Route its models to this deployment."""
         self._deployments[spec.name] = spec
         for model in spec.models:
             self._routes[model] = spec
         self._handles.pop(spec.name, None)
 
-    def _remove(self, spec: DeploymentSpec) -> None:
+    def remove(self, spec: DeploymentSpec) -> None:
+        """Stop routing to this deployment (its links drain)."""
         self._draining.extend(self._links.pop(spec.name, {}).values())
         self._deployments.pop(spec.name, None)
         self._failures.pop(spec.name, None)
@@ -262,15 +264,6 @@ class Router:
             ) from None
         finally:
             stream.cancel()  # the client went away, or the stream ended: nothing more is wanted
-
-    def close(self) -> None:
-        """Close every link (requests still on them fail)."""
-        for links in self._links.values():
-            for link in links.values():
-                link.close()
-        for link in self._draining:
-            link.close()
-        self._links, self._draining = {}, []
 
 
 def portable(request: InferenceRequest) -> InferenceRequest:

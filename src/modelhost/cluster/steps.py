@@ -46,17 +46,12 @@ class RemoteSteps:
     async def start(self, interval: float) -> None:
         """Follow the deployments (on the engine's loop, which the ensembles' steps run on)."""
         for spec in self._specs:
-            self._router._add(spec)
+            self._router.add(spec)
         with contextlib.suppress(Exception):  # Ray busy for a moment: the refresher tries again
             await self._router.refresh_links()
         self._refresher = asyncio.get_running_loop().create_task(
             self._router.refresh_links_forever(interval, STATUSES_EVERY)
         )
-
-    def close(self) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
-        self._router.close()
 
     def serves(self, name: str) -> bool:
         return name in self._names
