@@ -761,10 +761,11 @@ FEATURES: tuple[Item, ...] = (
     ),
     Item(
         "Beyond Triton: per-model scaling on a Ray cluster",
-        State.PARTLY,
-        "`modelhost ray serve`: each model or group a Ray Serve deployment, a multiplexed pool for the long tail, "
-        "one HTTP/gRPC address, a KubeRay RayService; not yet: ensembles whose steps live in other deployments, "
-        "TLS and restricted APIs on the ingress",
+        State.SUPPORTED,
+        "`modelhost ray serve`: each model or group a Ray Serve deployment scaling on its own, a multiplexed pool "
+        "for the long tail (with a memory budget per replica), ensembles whose steps run in other deployments, "
+        "one HTTP/gRPC address with `modelhost serve`'s TLS and restricted APIs, a KubeRay RayService (validated "
+        "offline); the link to the replicas is not encrypted",
         "ray.md",
         test="tests/cluster/test_ray_serve.py::test_one_model_scales_out_under_load_and_back",
     ),
