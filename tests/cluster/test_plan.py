@@ -101,6 +101,14 @@ def test_groups_defaults_and_the_long_tail() -> None:
             {"deployments": {"g": {"models": ["a"], "server": [1]}}},
             "deployment 'g': 'server' must be a mapping",
         ),
+        (
+            {"deployments": {"g": {"models": ["a"], "server": {"model_memory_budget": "1Gi"}}}},
+            "deployment 'g': 'server': server option 'model_memory_budget': '1Gi' is not a value it takes",
+        ),
+        (
+            {"defaults": {"server": {"model_memory_budget": -1}}},
+            "server option 'model_memory_budget': --model-memory-budget must be more than 0 bytes",
+        ),
     ],
 )
 def test_errors_name_what_is_wrong(document: Any, message: str) -> None:

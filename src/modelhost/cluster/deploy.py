@@ -10,6 +10,7 @@ deleted without touching the others. Ray Serve's own HTTP proxy stays off: model
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import time
 from typing import Any
@@ -40,7 +41,7 @@ class Cluster(ServeState):
     """The Ray cluster the plan's deployments run on: what the ingress deploys, updates and deletes there."""
 
     def __init__(self, plan: ClusterPlan) -> None:
-        super().__init__(plan)
+        super().__init__(plan, secrets.token_hex(16))  # the ingress's own link token, new at each start
         # Bumped at each update of a deployment: a changed argument makes Ray replace its replicas.
         self._generation: dict[str, int] = {}
 

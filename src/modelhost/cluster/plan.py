@@ -340,6 +340,14 @@ def _check_server_options(server: dict[str, Any], where: str) -> None:
             raise PlanError(f"{where}: '{key}' is set by the cluster itself")
         if key not in fields:
             raise PlanError(f"{where}: unknown server option '{key}'")
+    # Their values too, as the replicas' engines will take them (explicit mode): here, before anything is
+    # deployed, rather than as a replica that fails to start.
+    for key, value in server.items():
+        try:
+            ServerOptions(model_control_mode="explicit", **{key: value})
+        except (TypeError, ValueError) as e:
+            problem = str(e) if isinstance(e, ValueError) else f"{value!r} is not a value it takes"
+            raise PlanError(f"{where}: server option '{key}': {problem}") from None
 
 
 def _only(mapping: dict[str, Any], allowed: set[str], where: str) -> None:

@@ -144,6 +144,8 @@ class Router:
         `statuses`: follow the applications' statuses too)."""
         if self.attached and statuses:
             await self.refresh_statuses()
+        if not self._state.link_token:
+            return  # the replicas open no link without one: Ray's handles serve
         reports = await asyncio.to_thread(self._state.links)
         wanted: dict[str, dict[str, str]] = {}
         held: dict[str, dict[str, frozenset[str]]] = {}

@@ -6,7 +6,6 @@ API is synchronous); callers run them on a worker thread."""
 from __future__ import annotations
 
 import contextlib
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +28,12 @@ class AppStatus:
 class ServeState:
     """The plan's deployments as Ray Serve runs them (read only)."""
 
-    def __init__(self, plan: ClusterPlan, link_token: str = "") -> None:
+    def __init__(self, plan: ClusterPlan, link_token: str) -> None:
         self.plan = plan
         # The collector of the replicas' reports (cluster.statistics); found by name where not started here.
         self.collector: Any = None
-        # The secret the replicas' links ask for (the ingress's own, new at each start, unless given).
-        self.link_token = link_token or secrets.token_hex(16)
+        # The secret the replicas' links ask for ("": none, and no link is opened: Ray's handles serve).
+        self.link_token = link_token
 
     def statuses(self) -> dict[str, AppStatus]:
         from ray import serve

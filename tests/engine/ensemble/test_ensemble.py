@@ -326,6 +326,17 @@ async def test_an_optional_input_left_out_runs_its_steps_without_it() -> None:
     np.testing.assert_array_equal(result["OUT1"], 2 * ONES)
 
 
+async def streamed(sink: ResponseSink) -> list[float]:
+    """The first value of OUT of each response a decoupled ensemble sent, up to its final one."""
+    answers = []
+    while True:
+        item = await sink.get()
+        if item.outputs:
+            answers.append(float(item.outputs["OUT"][0, 0]))
+        if item.final:
+            return answers
+
+
 @in_loop
 async def test_a_decoupled_step_runs_the_rest_once_per_response() -> None:
     server = FakeServer(ANSWERS, decoupled={"double": 3})
@@ -333,13 +344,7 @@ async def test_a_decoupled_step_runs_the_rest_once_per_response() -> None:
     sink = ResponseSink()
     request = Job({"A": ONES}, ["OUT"], 1, request=InferenceRequest("ens"), sink=sink)
     assert await scheduler(CHAIN, {"double": repeat, "negate": NEGATE}, server).execute(request) == {}
-    answers = []
-    while True:
-        item = await sink.get()
-        if item.outputs:
-            answers.append(float(item.outputs["OUT"][0, 0]))
-        if item.final:
-            break
+    answers = await streamed(sink)
     assert sorted(answers) == [-4.0, -3.0, -2.0]
     assert [r.model_name for r in server.requests].count("negate") == 3
 
@@ -439,13 +444,7 @@ async def test_a_decoupled_step_served_elsewhere_streams_from_there() -> None:
     sink = ResponseSink()
     request = Job({"A": ONES}, ["OUT"], 1, request=InferenceRequest("ens"), sink=sink)
     assert await ens.execute(request) == {}
-    answers = []
-    while True:
-        item = await sink.get()
-        if item.outputs:
-            answers.append(float(item.outputs["OUT"][0, 0]))
-        if item.final:
-            break
+    answers = await streamed(sink)
     assert sorted(answers) == [-3.0, -2.0]
     assert [r.model_name for r in remote.requests] == ["double"]
     assert [r.model_name for r in local.requests] == ["negate", "negate"]
