@@ -155,7 +155,9 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
         namespacing=options.model_namespacing,
     )
     mode = options.model_control_mode
-    registry = ModelRegistry(repos, settings, cast(ControlMode, mode))  # checked by ServerOptions
+    # Before the first load: python models call other models (BLS) and export their own metrics.
+    services = BackendServices(loop=asyncio.get_running_loop())
+    registry = ModelRegistry(repos, settings, cast(ControlMode, mode), services)  # checked by ServerOptions
     server = Engine(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
     if control is not None:
         control.engine = server
@@ -175,8 +177,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
     elif cache_settings is not None:
         server.response_cache = ResponseCache(cache_settings)
         log.info("response cache: local, %d bytes", cache_settings.size)
-    # Before the first load: python models call other models (BLS) and export their own metrics.
-    registry.services = BackendServices(loop=asyncio.get_running_loop(), engine=server)
+    services.engine = server
     configure_metrics(options)  # before the first load too: statistics keep the latency families asked for
     try:
         await registry.start(options.load_models if mode == "explicit" else None)

@@ -56,10 +56,11 @@ class InProcessServer:
         self.engine, self.routes, self.grpc = self.run(self._start(repo), timeout=120)
 
     async def _start(self, repo: Path) -> tuple[Engine, HttpRoutes, GrpcService]:
-        registry = ModelRegistry([open_repository(str(repo))], LoadSettings(), "none")
+        services = BackendServices(loop=asyncio.get_running_loop())
+        registry = ModelRegistry([open_repository(str(repo))], LoadSettings(), "none", services)
         engine = Engine(registry)
         engine.shared_memory = SharedMemoryRegistry(allowed=True)
-        registry.services = BackendServices(loop=asyncio.get_running_loop(), engine=engine)
+        services.engine = engine
         await registry.start()
         return engine, HttpRoutes(engine, 1 << 20), GrpcService(engine)
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelhost.engine.registry.ensembles import steps_in_files
+from modelhost.engine.registry.catalog import steps_in_files
 from modelhost.repository.layout import model_directories
 from modelhost.repository.sources import RepositoryError, open_repository
 

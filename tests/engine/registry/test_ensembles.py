@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.registry.registry_fakes import ensemble, entry, model
-from modelhost.engine.registry.ensembles import dependency_layers, dependents, ensemble_cycle, steps_in_files
+from modelhost.engine.registry.catalog import steps_in_files
+from modelhost.engine.registry.ensembles import dependency_layers, dependents, ensemble_cycle
 from modelhost.engine.registry.entries import ModelState
 
 GRAPH = {"top": ["mid", "a"], "mid": ["a", "b"], "a": [], "b": []}

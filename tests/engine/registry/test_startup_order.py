@@ -11,6 +11,7 @@ import pytest
 
 import modelhost
 from modelhost.engine.registry.entries import LoadSettings
+from modelhost.engine.registry.builder import VersionBuilder
 from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.repository.sources import open_repository
 
@@ -90,14 +91,14 @@ def test_a_fault_while_reading_a_config_fails_that_model_only(
     repo = tmp_path / "repo"
     for name in ("simple", "identity_fp32"):
         shutil.copytree(EXAMPLES / name, repo / name)
-    read_config = ModelRegistry._read_config
+    read_config = VersionBuilder.read_config
 
-    def faulty(self: ModelRegistry, model_dir: Path, override: object, name: str = "") -> object:
+    def faulty(self: VersionBuilder, model_dir: Path, override: object, name: str = "") -> object:
         if name == "identity_fp32":
             raise TypeError("can only concatenate str (not 'NoneType') to str")
         return read_config(self, model_dir, override, name)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ModelRegistry, "_read_config", faulty)
+    monkeypatch.setattr(VersionBuilder, "read_config", faulty)
     registry = _start(repo)
     try:
         status = {model: state for model, _, state in registry.status_rows()}
