@@ -57,8 +57,7 @@ class InProcessServer:
 
     async def _start(self, repo: Path) -> tuple[Engine, HttpRoutes, GrpcService]:
         registry = ModelRegistry([open_repository(str(repo))], LoadSettings(), "none")
-        engine = Engine(registry)
-        engine.shared_memory = SharedMemoryRegistry(allowed=True)
+        engine = Engine(registry, shared_memory=SharedMemoryRegistry(allowed=True))
         registry.services = BackendServices(loop=asyncio.get_running_loop(), engine=engine)
         await registry.start()
         return engine, HttpRoutes(engine, 1 << 20), GrpcService(engine)

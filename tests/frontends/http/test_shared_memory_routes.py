@@ -37,8 +37,7 @@ def registry(ipc: HostIpc) -> Iterator[SharedMemoryRegistry]:
 @pytest.fixture
 def routes(registry: SharedMemoryRegistry) -> HttpRoutes:
     # The shared-memory endpoints use nothing of the engine but its shared-memory registry.
-    engine = Engine(cast(ModelRegistry, SimpleNamespace()))
-    engine.shared_memory = registry
+    engine = Engine(cast(ModelRegistry, SimpleNamespace()), shared_memory=registry)
     return HttpRoutes(engine, max_input_size=1 << 20)
 
 
