@@ -19,6 +19,7 @@ from modelhost.engine.request_log import log_received, log_succeeded
 from modelhost.engine.request_tracing import start_trace, trace_queued, trace_sent
 from modelhost.engine.response_cache import ResponseCache, cache_key
 from modelhost.engine.shared_memory import SharedMemoryRegistry
+from modelhost.engine.shm_lease import Lease
 from modelhost.engine_api import CUDA_SHM, CallContext, ModelSignature, ShmKind
 from modelhost.errors import InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
 from modelhost.observability.log_settings import LogSettings
@@ -307,7 +308,7 @@ class Engine:
             raise self._stopping(request.model_name)
         if not request.shared_memory:
             return await self._infer(request, context)
-        lease = self.shared_memory.lease()
+        lease = Lease(self.shared_memory)
         try:
             lease.read(request)
             return lease.written(await self._infer(request, context))
@@ -392,7 +393,7 @@ class Engine:
             raise self._stopping(request.model_name)
         lease = None
         if request.shared_memory:
-            lease = self.shared_memory.lease()
+            lease = Lease(self.shared_memory)
         try:
             if lease is not None:
                 lease.read(request)

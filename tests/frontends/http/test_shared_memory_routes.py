@@ -15,7 +15,8 @@ import pytest
 from cuda_stand_in import HostIpc
 from modelhost.engine.engine import Engine
 from modelhost.engine.registry.registry import ModelRegistry
-from modelhost.engine.shared_memory import CUDA, SharedMemoryRegistry
+from modelhost.engine.shared_memory import SharedMemoryRegistry
+from modelhost.engine.shm_cuda import CUDA
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse
 from modelhost.frontends.http.routes import HttpRoutes
 
