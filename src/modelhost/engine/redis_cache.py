@@ -101,6 +101,24 @@ def decode_outputs(value: bytes) -> list[Tensor]:
 
 
 class RedisCache:
+    __slots__ = (
+        "_pending",
+        "_skip_until",
+        "_watch",
+        "address",
+        "client",
+        "counters",
+        "down",
+        "dropped_inserts",
+        "entries",
+        "evictions",
+        "failures",
+        "max_pending",
+        "settings",
+        "timeout_s",
+        "utilization",
+    )
+
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self.address = f"{settings.host}:{settings.port}"

@@ -141,6 +141,8 @@ def _nbytes(outputs: list[Tensor]) -> int:
 
 
 class ResponseCache:
+    __slots__ = ("_entries", "counters", "evictions", "size", "used")
+
     def __init__(self, settings: CacheSettings) -> None:
         self.size = settings.size
         self.used = 0
