@@ -57,7 +57,7 @@ def feed(text: str = f"max_batch_size: 2 sequence_batching {{ {CONTROLS} {STATE}
 
 def test_a_request_gets_its_controls_and_its_sequences_state() -> None:
     fed_by = feed()
-    state = fed_by.initial_state()
+    state = {s.input_name: s.initial for s in fed_by.states}
     assert state["STATE_IN"].tolist() == [[0]]
     data = np.ones((1, 1), dtype=np.int32)
     fed = fed_by.inputs({"IN": data}, 7, SEQUENCE_START, state)
@@ -82,7 +82,7 @@ def test_a_null_row_is_zeros_not_ready_and_the_initial_state() -> None:
 
 def test_the_state_is_kept_whole_or_as_a_copy_of_its_row() -> None:
     fed_by = feed()
-    state = fed_by.initial_state()
+    state = {s.input_name: s.initial for s in fed_by.states}
     whole = np.array([[4]], dtype=np.int32)
     fed_by.keep_state(state, {"STATE_OUT": whole}, None)
     assert state["STATE_IN"] is whole  # no copy, however large the state grows

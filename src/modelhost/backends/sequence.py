@@ -161,10 +161,6 @@ class SequenceFeed:
         self.controls = controls(config)
         self.states = states(config, model_dir)
 
-    def initial_state(self) -> Arrays:
-        """A sequence's state at its START: each state's initial value."""
-        return {s.input_name: s.initial for s in self.states}
-
     def inputs(self, inputs: Arrays, corrid: CorrelationId, flags: int, state: Arrays) -> Arrays:
         """A request's inputs with the control and state tensors the server feeds; InvalidArgument when its
         correlation id does not fit the CORRID control's type (that request fails alone)."""

@@ -95,7 +95,7 @@ def test_the_oldest_sequence_with_requests_leaves_first_with_them() -> None:
     assert len(backlog) == 1  # the cancelled one was dropped on the way
     backlog.remove(second)
     backlog.remove(second)  # gone already: nothing to do
-    assert backlog.pop() is None and backlog.waiting() == []
+    assert backlog.pop() is None and backlog.waiting() == [] and not backlog.sequences
 
 
 def test_a_deadline_only_comes_sooner_and_passed_ones_are_named() -> None:

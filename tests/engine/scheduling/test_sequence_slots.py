@@ -111,37 +111,38 @@ def slots_of(instances: int, per_lane: int) -> SequenceSlots:
 
 def test_free_slots_are_spread_over_the_instances_first() -> None:
     slots = slots_of(2, 2)
-    taken = [slots.take() for _ in range(4)]
-    assert [(lane.index, slot) for lane, slot in (t for t in taken if t is not None)] == [
+    sequences = [Sequence(c) for c in range(1, 5)]
+    lanes = [slots.take(sequence) for sequence in sequences]
+    assert [lane.index if lane is not None else None for lane in lanes] == [0, 1, 0, 1]
+    assert [(s.lane.index if s.lane is not None else None, s.slot) for s in sequences] == [
         (0, 0),
         (1, 0),
         (0, 1),
         (1, 1),
     ]
-    assert slots.take() is None
+    assert slots.take(Sequence(5)) is None
 
 
 def test_a_vacated_slot_is_released_once_and_free_again() -> None:
     slots = slots_of(1, 1)
-    taken = slots.take()
-    assert taken is not None
     sequence = Sequence(7)
-    slots.assign(sequence, *taken)
+    lane = slots.take(sequence)
+    assert lane is not None and lane.slots == [sequence]
     assert slots.held() == 1 and slots.occupied() == [sequence]
-    assert slots.sequences_on(taken[0].worker) == 1
-    assert slots.vacate(sequence) is taken[0] and slots.vacate(sequence) is None
-    assert slots.held() == 0 and slots.take() is None  # not free until given back
-    slots.free(*taken)
-    assert slots.take() == taken
+    assert slots.sequences_on(lane.worker) == 1
+    assert slots.vacate(sequence) is lane and slots.vacate(sequence) is None
+    assert slots.held() == 0 and slots.take(Sequence(8)) is None  # not free until given back
+    slots.free(lane, 0)
+    other = Sequence(9)
+    slots.assign(other, lane, 0)
+    assert lane.slots == [other] and (other.lane, other.slot) == (lane, 0)
 
 
 def test_idle_sequences_are_found_and_the_wait_is_until_the_next_one() -> None:
     slots = slots_of(1, 4)
     idle, recent, busy, closing = Sequence(1), Sequence(2), Sequence(3), Sequence(4)
     for sequence in (idle, recent, busy, closing):
-        taken = slots.take()
-        assert taken is not None
-        slots.assign(sequence, *taken)
+        assert slots.take(sequence) is not None
     recent.last_ns = 900
     busy.queue.append(SequenceRequest(job(3), 0, cast(Any, None), 0, busy))
     closing.closing = True
@@ -152,18 +153,18 @@ def test_idle_sequences_are_found_and_the_wait_is_until_the_next_one() -> None:
 def test_a_retired_lane_takes_no_new_sequence_and_is_gone_once_empty() -> None:
     async def go() -> None:
         slots = slots_of(2, 1)
-        taken = slots.take()
-        assert taken is not None
         sequence = Sequence(1)
-        slots.assign(sequence, *taken)
-        emptied = slots.retire(taken[0].worker)
-        free = slots.take()
-        assert free is not None and free[0] is not taken[0] and slots.take() is None
+        leaving = slots.take(sequence)
+        assert leaving is not None
+        emptied = slots.retire(leaving.worker)
+        staying = slots.take(Sequence(2))
+        assert staying is not None and staying is not leaving and slots.take(Sequence(3)) is None
         assert not emptied.done()
         slots.vacate(sequence)
-        slots.drop_if_empty(taken[0])
+        slots.drop_if_empty(leaving)
         assert emptied.done() and list(slots.lanes) == [1]
-        assert slots.retire(free[0].worker).done()  # nothing held there: gone at once
+        other = slots.add(InstancePool([Manual("other")]).workers[0])
+        assert slots.retire(other.worker).done()  # nothing held there: gone at once
 
     run(go())
 
@@ -171,14 +172,15 @@ def test_a_retired_lane_takes_no_new_sequence_and_is_gone_once_empty() -> None:
 def test_added_lanes_get_new_indices() -> None:
     slots = slots_of(1, 1)
     lane = slots.add(InstancePool([Manual("new")]).workers[0])
-    assert lane.index == 1 and lane.slots == [None] and slots.take() is not None  # only the first lane's slot
-    assert slots.take() is None  # the new lane's slots are the batcher's to hand out
+    assert lane.index == 1 and lane.slots == [None]
+    assert slots.take(Sequence(1)) is not None  # the first lane's slot
+    assert slots.take(Sequence(2)) is None  # the new lane's slots are the batcher's to hand out
 
 
 @pytest.mark.parametrize("per_lane", [1, 3])
 def test_close_empties_every_slot(per_lane: int) -> None:
     slots = slots_of(2, per_lane)
-    while (taken := slots.take()) is not None:
-        slots.assign(Sequence(len(slots.occupied()) + 1), *taken)
+    while slots.take(Sequence(len(slots.occupied()) + 1)) is not None:
+        pass
     slots.close()
     assert slots.held() == 0 and slots.occupied() == []

@@ -18,23 +18,23 @@ from modelhost.engine.scheduling.sequence_slots import Sequence
 class Backlog:
     """The sequences waiting for a slot; `requests`: those they queued."""
 
-    __slots__ = ("_sequences", "deadline_changed", "requests")
+    __slots__ = ("deadline_changed", "requests", "sequences")
 
     def __init__(self) -> None:
-        self._sequences: collections.deque[Sequence] = collections.deque()
+        self.sequences: collections.deque[Sequence] = collections.deque()  # in arrival order
         self.requests = 0
         self.deadline_changed = asyncio.Event()  # a backlogged sequence's deadline came sooner
 
     def __len__(self) -> int:
-        return len(self._sequences)
+        return len(self.sequences)
 
     def append(self, sequence: Sequence) -> None:
-        self._sequences.append(sequence)
+        self.sequences.append(sequence)
 
     def remove(self, sequence: Sequence) -> None:
         """A sequence ended while waiting (cancelled, expired) leaves the backlog."""
         with contextlib.suppress(ValueError):
-            self._sequences.remove(sequence)
+            self.sequences.remove(sequence)
 
     def shorten(self, sequence: Sequence, deadline_ns: int) -> None:
         """A request with a timeout joined the sequence: it expires at `deadline_ns` if that is sooner."""
@@ -45,8 +45,8 @@ class Backlog:
     def pop(self) -> Sequence | None:
         """The oldest waiting sequence that still has requests, out of the backlog with them (their deadline
         gone), or None; sequences cancelled in the backlog are dropped on the way."""
-        while self._sequences:
-            waiting = self._sequences.popleft()
+        while self.sequences:
+            waiting = self.sequences.popleft()
             if not waiting.queue:  # cancelled in the backlog
                 continue
             self.requests -= len(waiting.queue)
@@ -58,7 +58,7 @@ class Backlog:
         """The sequences whose deadline has passed, and how long until the next deadline (None: no deadline)."""
         expired: list[Sequence] = []
         next_ns: int | None = None
-        for sequence in self._sequences:
+        for sequence in self.sequences:
             if not sequence.expires_ns:
                 continue
             if sequence.expires_ns <= now_ns:
@@ -68,7 +68,7 @@ class Backlog:
         return expired, next_ns
 
     def waiting(self) -> list[Sequence]:
-        return list(self._sequences)
+        return list(self.sequences)
 
     def clear(self) -> None:
-        self._sequences.clear()
+        self.sequences.clear()

@@ -179,15 +179,15 @@ class SequenceBatcher:
         sequence = Sequence(corrid)
         if listed:  # found by its id by its later requests
             self._live[corrid] = sequence
-        free = self.slots.take()
-        if free is not None:
-            self._assign(sequence, *free)
+        lane = self.slots.take(sequence)
+        if lane is not None:
+            self._serve(lane)
         else:
             self.backlog.append(sequence)
         return sequence
 
-    def _assign(self, sequence: Sequence, lane: Lane, slot: int) -> None:
-        self.slots.assign(sequence, lane, slot)
+    def _serve(self, lane: Lane) -> None:
+        """A sequence took a slot of `lane`: its dispatcher and the idle reaper run."""
         if lane.task is None or lane.task.done():
             lane.task = asyncio.get_running_loop().create_task(self._run_lane(lane))
         if self._reaper is None or self._reaper.done():
@@ -246,12 +246,13 @@ class SequenceBatcher:
         if lane.emptied is not None:  # a retired instance's: its last sequences end, nothing new comes
             self.slots.drop_if_empty(lane)
             return
-        waiting = self.backlog.pop()
+        waiting = self.backlog.pop() if self.backlog.sequences else None
         if waiting is None:
             self.slots.free(lane, slot)
             return
         self.slots.requests += len(waiting.queue)
-        self._assign(waiting, lane, slot)
+        self.slots.assign(waiting, lane, slot)
+        self._serve(lane)
         self._wake(lane)
 
     # -- instance updates ---------------------------------------------------------------------------------------
@@ -283,23 +284,21 @@ class SequenceBatcher:
             for sequence in idle:
                 self._close_sequence(sequence)
                 self._maybe_release(sequence)
-            expired, next_ns = self.backlog.expired(now)
-            for sequence in expired:
-                self._cancel(sequence, Unavailable(_EXPIRED))
-            if next_ns is not None:
-                wait_ns = min(wait_ns, next_ns)
+            if self.backlog.sequences:
+                expired, next_ns = self.backlog.expired(now)
+                for sequence in expired:
+                    self._cancel(sequence, Unavailable(_EXPIRED))
+                if next_ns is not None:
+                    wait_ns = min(wait_ns, next_ns)
             if not held:
                 return
             await _wait(self.backlog.deadline_changed, wait_ns / 1e9)
 
     # -- batch forming ----------------------------------------------------------------------------------------
 
-    def _held_by_hooks(self) -> bool:
-        return self.strategy.held(self.slots.requests, self.backlog.requests)
-
     async def _next_batch(self, lane: Lane) -> list[SequenceRequest]:
         while True:
-            if self._held_by_hooks():
+            if self.strategy.hooked and self.strategy.held(self.slots.requests, self.backlog.requests):
                 await _wait(lane.arrived, None)
                 continue
             batch = self.strategy.choose(lane, force=False)
@@ -316,8 +315,11 @@ class SequenceBatcher:
 
     async def _run_lane(self, lane: Lane) -> None:
         """This instance's dispatcher: one execution at a time, so a sequence's requests run in order."""
+        strategy = self.strategy
         while any(s is not None for s in lane.slots):
-            if not self.strategy.heads(lane) or self._held_by_hooks():
+            if not strategy.heads(lane) or (
+                strategy.hooked and strategy.held(self.slots.requests, self.backlog.requests)
+            ):
                 await _wait(lane.arrived, None)
                 continue
             worker = await self.pool.acquire_worker(lane.worker)
@@ -337,24 +339,21 @@ class SequenceBatcher:
 
     # -- execution ---------------------------------------------------------------------------------------------
 
-    def _fed(self, request: SequenceRequest) -> Arrays:
-        """The request's inputs with the control and state tensors the server feeds."""
-        sequence = request.sequence
-        if request.flags & SEQUENCE_START or not sequence.state:
-            sequence.state = self.feed.initial_state()
-        return self.feed.inputs(request.job.inputs, sequence.corrid, request.flags, sequence.state)
-
     def _launch(self, worker: Worker, batch: list[SequenceRequest], lane: Lane) -> None:
         started = time.perf_counter_ns()
         runnable: list[SequenceRequest] = []
         fed: list[Arrays] = []
         for request in batch:
-            request.sequence.queue.popleft()
+            sequence = request.sequence
+            sequence.queue.popleft()
             self._unqueue(request)
-            request.sequence.running += 1
+            sequence.running += 1
             request.job.timing.queue_ns = started - request.enqueued_ns
+            if request.flags & SEQUENCE_START or not sequence.state:  # its state starts from the initial one
+                sequence.state = {s.input_name: s.initial for s in self.feed.states}
             try:
-                fed.append(self._fed(request))
+                # The request's inputs with the control and state tensors the server feeds.
+                fed.append(self.feed.inputs(request.job.inputs, sequence.corrid, request.flags, sequence.state))
             except InvalidArgument as e:
                 self._done(request, e)
                 continue

@@ -83,12 +83,15 @@ class SequenceSlots:
         )
         self.requests = 0
 
-    def take(self) -> tuple[Lane, int] | None:
-        """A free slot (its lane and index), or None when every slot is held."""
+    def take(self, sequence: Sequence) -> Lane | None:
+        """A free slot for the sequence: its lane, or None when every slot is held."""
         if not self._free:
             return None
-        slot, lane = self._free.pop()
-        return self.lanes[lane], slot
+        slot, index = self._free.pop()
+        lane = self.lanes[index]
+        sequence.lane, sequence.slot = lane, slot
+        lane.slots[slot] = sequence
+        return lane
 
     @staticmethod
     def assign(sequence: Sequence, lane: Lane, slot: int) -> None:

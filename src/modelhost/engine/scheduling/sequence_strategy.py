@@ -32,6 +32,7 @@ class SequenceStrategy:
         "_backlog_delay_n",
         "_delay_n",
         "delay_ns",
+        "hooked",
         "max_rows",
         "min_utilization",
         "oldest",
@@ -61,10 +62,9 @@ class SequenceStrategy:
         self._delay_n = _env_count("TRITONSERVER_DELAY_SCHEDULER")
         self._backlog_delay_n = _env_count("TRITONSERVER_BACKLOG_DELAY_SCHEDULER")
 
-    @property
-    def hooked(self) -> bool:
-        """The test hooks hold executions (every instance's: their counts are the batcher's)."""
-        return bool(self._delay_n or self._backlog_delay_n)
+        # The test hooks are set and not yet spent: they hold every instance's executions (their counts are the
+        # batcher's), so that `held` is asked.
+        self.hooked = bool(self._delay_n or self._backlog_delay_n)
 
     def held(self, in_slots: int, in_backlog: int) -> bool:
         """Whether the test hooks still hold every execution, with these requests queued in slots and backlog."""
@@ -73,6 +73,7 @@ class SequenceStrategy:
         ):
             return True
         self._delay_n = self._backlog_delay_n = 0  # once reached, the hooks are spent (as Triton's)
+        self.hooked = False
         return False
 
     @staticmethod
