@@ -18,7 +18,7 @@ from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.request_checks import RequestChecks
 from modelhost.errors import InvalidArgument
 from modelhost.repository.sources import open_repository
-from modelhost.types import InferenceRequest, Tensor
+from modelhost.types import InferenceRequest, RequestedOutput, Tensor
 
 EXAMPLES = Path(modelhost.__file__).parent / "examples"
 
@@ -89,3 +89,28 @@ def test_a_faulty_request_gets_the_error_of_the_full_checks(
     with pytest.raises(InvalidArgument) as error:
         simple.inputs_of(request)
     assert str(error.value) == str(full.value)
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        ([RequestedOutput("NOPE")], "unexpected inference output 'NOPE' for model 'simple'"),
+        (
+            [RequestedOutput("OUTPUT0"), RequestedOutput("OUTPUT0")],
+            "[request id: <id_unknown>] output 'OUTPUT0' is requested more than once",
+        ),
+        (
+            [RequestedOutput("OUTPUT0", classification=-1)],
+            "invalid value for 'classification' parameter of output 'OUTPUT0', expected >= 0",
+        ),
+    ],
+    ids=["unknown", "twice", "classification"],
+)
+def test_requested_outputs_are_checked_in_tritons_words(
+    simple: RequestChecks, outputs: list[RequestedOutput], message: str
+) -> None:
+    assert simple.output_names(InferenceRequest("simple")) == ["OUTPUT0", "OUTPUT1"]  # none asked: all
+    assert simple.output_names(InferenceRequest("simple", outputs=[RequestedOutput("OUTPUT1")])) == ["OUTPUT1"]
+    with pytest.raises(InvalidArgument) as error:
+        simple.output_names(InferenceRequest("simple", outputs=outputs))
+    assert str(error.value) == message
