@@ -10,6 +10,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from engine.scheduling.sequence_fakes import CONTROLS, STATE
 from modelhost.backends.sequence import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -19,19 +20,6 @@ from modelhost.backends.sequence import (
 )
 from modelhost.errors import InvalidArgument
 from modelhost.types import InferenceRequest
-
-CONTROLS = """
-  control_input [
-    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
-    { name: "END" control [ { kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] } ] },
-    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
-    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
-  ]
-"""
-STATE = """
-  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]
-            initial_state [ { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zeros" } ] } ]
-"""
 
 
 def test_sequence_params_as_triton_request_holds_them() -> None:
