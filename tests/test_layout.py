@@ -110,6 +110,7 @@ ENGINE = (
     "modelhost.engine.ensemble",
     "modelhost.backends",
     "modelhost.engine.shared_memory",
+    "modelhost.engine.shm_",
     "modelhost.engine.response_cache",
     "modelhost.observability.tracing",
     "modelhost.engine.registry.instance_update",

@@ -158,26 +158,33 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
     # Before the first load: python models call other models (BLS) and export their own metrics.
     services = BackendServices(loop=asyncio.get_running_loop())
     registry = ModelRegistry(repos, settings, cast(ControlMode, mode), services)  # checked by ServerOptions
-    server = Engine(registry, server_id=options.server_id, strict_readiness=options.strict_readiness)
-    if control is not None:
-        control.engine = server
-    server.log_settings = LogSettings(options)
-    server.shared_memory = SharedMemoryRegistry(
+    shared_memory = SharedMemoryRegistry(
         allowed=options.allow_client_shm, reserved_prefixes=_reserved_shm_prefixes(options)
     )
-    server.tracer, server.tracer_otel = _tracer(options)
+    tracer, tracer_otel = _tracer(options)
+    response_cache: ResponseCache | RedisCache | None = None
     if isinstance(cache_settings, RedisSettings):
         try:
-            redis_cache = RedisCache(cache_settings)
+            response_cache = RedisCache(cache_settings)
         except Unsupported as e:
             log.error("%s", e)
             return 1
-        await redis_cache.check()
-        server.response_cache = redis_cache
+        await response_cache.check()
     elif cache_settings is not None:
-        server.response_cache = ResponseCache(cache_settings)
+        response_cache = ResponseCache(cache_settings)
         log.info("response cache: local, %d bytes", cache_settings.size)
-    services.engine = server
+    server = Engine(
+        registry,
+        server_id=options.server_id,
+        strict_readiness=options.strict_readiness,
+        log_settings=LogSettings(options),
+        shared_memory=shared_memory,
+        tracer=tracer,
+        tracer_otel=tracer_otel,
+        response_cache=response_cache,
+    )
+    if control is not None:
+        control.engine = server
     configure_metrics(options)  # before the first load too: statistics keep the latency families asked for
     try:
         await registry.start(options.load_models if mode == "explicit" else None)

@@ -20,7 +20,7 @@ Parameters = dict[str, ParamValue]
 # `InferenceRequest.parameters`.
 RESERVED_PARAMETERS = frozenset({"priority", "timeout", "binary_data_output", "headers"})
 # Triton's reserved sequence parameters (`sequence_id`, `sequence_start`, `sequence_end`) stay in `parameters`:
-# the sequence batcher reads them there (engine/scheduling/sequence_batcher.py `sequence_params`), an ensemble hands
+# the sequence batcher reads them there (backends/sequence.py `sequence_params`), an ensemble hands
 # them on to its steps, and a python model sees them as correlation_id() and flags(), not in parameters().
 SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
 # The response parameter that marks the last response of a request in a stream, as Triton names it.

@@ -53,7 +53,7 @@ def test_least_recently_used_answers_are_evicted_first() -> None:
     cache.insert(keys[2], response(1000))  # over budget: 1 goes
     assert lookup(cache, keys[1], request([1]), "1") is None
     assert lookup(cache, keys[0], request([0]), "1") is not None
-    assert cache.evictions == 1 and cache.hits == 2 and cache.misses == 1
+    assert cache.evictions == 1 and cache.counters.hits == 2 and cache.counters.misses == 1
 
 
 def test_an_answer_larger_than_the_budget_is_not_kept_and_answers_are_read_only() -> None:

@@ -58,9 +58,7 @@ class InProcessServer:
     async def _start(self, repo: Path) -> tuple[Engine, HttpRoutes, GrpcService]:
         services = BackendServices(loop=asyncio.get_running_loop())
         registry = ModelRegistry([open_repository(str(repo))], LoadSettings(), "none", services)
-        engine = Engine(registry)
-        engine.shared_memory = SharedMemoryRegistry(allowed=True)
-        services.engine = engine
+        engine = Engine(registry, shared_memory=SharedMemoryRegistry(allowed=True))
         await registry.start()
         return engine, HttpRoutes(engine, 1 << 20), GrpcService(engine)
 

@@ -62,7 +62,10 @@ class EngineHandle(Protocol):
     engine it runs in. The engine implements it (modelhost.engine.engine.Engine); backends never import the
     engine."""
 
-    tracer: Any  # modelhost.observability.tracing.Tracer: an ensemble's steps are traced as its children
+    @property
+    def tracer(self) -> Any:
+        """modelhost.observability.tracing.Tracer: an ensemble's steps are traced as its children."""
+        ...
 
     def model_healthy(self, name: str, version: str = "") -> bool: ...
 

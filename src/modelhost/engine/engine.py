@@ -6,33 +6,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Final
 
 from modelhost import TRITON_COMPAT_VERSION
 from modelhost.config.normalize import is_ensemble
 from modelhost.engine.model import LoadedModel
+from modelhost.engine.model_aliases import ModelAliases
 from modelhost.engine.redis_cache import RedisCache
 from modelhost.engine.registry.registry import ModelRegistry
+from modelhost.engine.request_log import log_received, log_succeeded
+from modelhost.engine.request_tracing import start_trace, trace_queued, trace_sent
 from modelhost.engine.response_cache import ResponseCache, cache_key
 from modelhost.engine.shared_memory import SharedMemoryRegistry
-from modelhost.engine_api import (
-    CUDA_SHM,
-    RECEIVE_ACTIVITIES,
-    SEND_ACTIVITIES,
-    CallContext,
-    ModelSignature,
-    ShmKind,
-)
-from modelhost.errors import Conflict, InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
-from modelhost.io_specs import format_shape
+from modelhost.engine.shm_lease import Lease
+from modelhost.engine_api import CUDA_SHM, CallContext, ModelSignature, ShmKind
+from modelhost.errors import InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
 from modelhost.observability.log_settings import LogSettings
 from modelhost.observability.stats import ModelStats, RequestTiming
 from modelhost.observability.tracing.settings import OpenTelemetrySettings, TraceSettings
-from modelhost.observability.tracing.tracer import Trace, Tracer, stamp_failed_request, stamp_request
+from modelhost.observability.tracing.tracer import Tracer, stamp_failed_request, stamp_request
 from modelhost.repository.overrides import parse_load_parameters
-from modelhost.tensor_codec import id_prefix
 from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse
 
 log = logging.getLogger("modelhost.server")
@@ -60,29 +54,59 @@ _SHM_AFTER = EXTENSIONS.index("model_configuration") + 1
 
 
 class Engine:
+    """The parts given at construction are the server's for its whole life; a bare engine (tests, benchmarks) has
+    no logging extension, client shared memory disabled, tracing off and no response cache."""
+
+    __slots__ = (
+        "_drained",
+        "_in_flight",
+        "accepting",
+        "aliases",
+        "live",
+        "log_settings",
+        "registry",
+        "response_cache",
+        "server_id",
+        "shared_memory",
+        "strict_readiness",
+        "tracer",
+        "tracer_otel",
+    )
+
     def __init__(
-        self, registry: ModelRegistry, *, server_id: str = "triton", strict_readiness: bool = True
+        self,
+        registry: ModelRegistry,
+        *,
+        server_id: str = "triton",
+        strict_readiness: bool = True,
+        log_settings: LogSettings | None = None,
+        shared_memory: SharedMemoryRegistry | None = None,
+        tracer: Tracer | None = None,
+        tracer_otel: OpenTelemetrySettings | None = None,
+        response_cache: ResponseCache | RedisCache | None = None,
     ) -> None:
-        self.registry = registry
+        self.registry: Final = registry
         # The logging extension; None when the server runs without configured logging (in-process tests).
-        self.log_settings: LogSettings | None = None
-        self.server_id = server_id
-        self.strict_readiness = strict_readiness
+        self.log_settings: Final = log_settings
+        self.server_id: Final = server_id
+        self.strict_readiness: Final = strict_readiness
         self.live = True
         self.accepting = True
         self._in_flight = 0
         self._drained = asyncio.Event()
         self._drained.set()
-        # Client system shared memory (--allow-client-shm); disabled unless the app configures it.
-        self.shared_memory = SharedMemoryRegistry()
-        # The trace extension; off until the app sets it up from --trace-config.
-        self.tracer = Tracer(TraceSettings(), None)
-        self.tracer_otel: OpenTelemetrySettings | None = None
+        # Client system and CUDA shared memory (--allow-client-shm).
+        self.shared_memory: Final = SharedMemoryRegistry() if shared_memory is None else shared_memory
+        # The trace extension (--trace-config), and the OpenTelemetry settings its answers show.
+        self.tracer: Final = Tracer(TraceSettings(), None) if tracer is None else tracer
+        self.tracer_otel: Final = tracer_otel
         # --cache-config: the response cache models with `response_cache { enable: true }` use.
-        self.response_cache: ResponseCache | RedisCache | None = None
-        # Models loaded under another name (SageMaker's multi-model API): alias -> its target model, url and the
-        # model names it registered (the target and an ensemble's companions).
-        self.aliases: dict[str, dict[str, Any]] = {}
+        self.response_cache: Final = response_cache
+        # Models loaded under another name (SageMaker's multi-model API).
+        self.aliases: Final = ModelAliases(registry)
+        # What the registry's backends reach of the server (python BLS calls) is this engine: the one thing
+        # built after the registry that its models call, so it completes the registry's services itself.
+        registry.services.engine = self
 
     # -- health and metadata (EngineAPI) -----------------------------------------------------------------------
 
@@ -184,32 +208,13 @@ class Engine:
             await self.registry.load_on_demand(name, "")
 
     async def register_models(self, alias: str, url: str, names: dict[str, str]) -> None:
-        registry = self.registry
-        first, *others = names
-        if alias in self.aliases or first in registry.registered:
-            raise Conflict(f"failed to register '{first}', there is a conflicting mapping for '{first}'")
-        scanned = registry.scan()  # the repositories' models, and those registered by earlier loads
-        # The first name's mapping takes precedence over a repository model of that name, as in Triton (which
-        # then loads it from its directory); the others must not clash with any model of their name.
-        in_use = [
-            n for n in others if n in scanned or ((e := registry.models.get(n)) is not None and e.serving())
-        ]
-        if in_use:
-            what = ", ".join(f"'{n}'" for n in in_use)
-            raise Conflict(f"failed to register {what}: a model of that name is already registered or loaded")
-        registry.registered.update({name: Path(directory) for name, directory in names.items()})
-        self.aliases[alias] = {"target": first, "url": url, "names": list(names)}
+        self.aliases.register(alias, url, names)
 
     async def forget_models(self, alias: str) -> None:
-        entry = self.aliases.pop(alias, None)
-        for name in [] if entry is None else entry["names"]:
-            self.registry.registered.pop(name, None)
+        self.aliases.forget(alias)
 
     async def model_aliases(self, alias: str = "") -> dict[str, dict[str, Any]]:
-        if alias:
-            entry = self.aliases.get(alias)
-            return {} if entry is None else {alias: entry}
-        return dict(self.aliases)
+        return self.aliases.get(alias)
 
     async def settled(self, timeout: float | None = None) -> bool:
         return await self.registry.settled(timeout)
@@ -285,17 +290,28 @@ class Engine:
             message = f"in ensemble '{model_name}', {message}"
         return Unavailable(message)
 
-    async def infer(
+    def infer(
         self, request: InferenceRequest, context: CallContext | None = None, *, internal: bool = False
-    ) -> InferenceResponse:
+    ) -> Coroutine[Any, Any, InferenceResponse]:
         """`context`: how a frontend received the request, for its trace (a traced request's trace then stays
         open until `sent`). `internal`: a request an ensemble makes of a composing model for a request already
-        accepted (it goes on while the server drains)."""
+        accepted (it goes on while the server drains).
+
+        A plain call that hands back the coroutine that serves the request: most requests need nothing else of
+        it (no shared memory, the server accepting), and so pass through no coroutine of their own here."""
+        if self.accepting and not request.shared_memory:
+            return self._infer(request, context)
+        return self._infer_checked(request, context, internal)
+
+    async def _infer_checked(
+        self, request: InferenceRequest, context: CallContext | None, internal: bool
+    ) -> InferenceResponse:
+        """`infer` while the server drains, or with shared-memory refs to resolve around the request."""
         if not (self.accepting or internal or self._continues_sequence(request)):
             raise self._stopping(request.model_name)
         if not request.shared_memory:
             return await self._infer(request, context)
-        lease = self.shared_memory.lease()
+        lease = Lease(self.shared_memory)
         try:
             lease.read(request)
             return lease.written(await self._infer(request, context))
@@ -323,12 +339,12 @@ class Engine:
         # --log-verbose >= 1: every request, as Triton's verbose log.
         verbose = log.isEnabledFor(logging.DEBUG)
         if verbose:
-            log.debug("%s", _describe(request, model))
+            log_received(request, model)
         trace = request.trace
         if trace is None and context is not None and self.tracer.enabled:
-            trace = self._start_trace(request, context)
+            trace = start_trace(self.tracer, request, context)
         if trace is not None:
-            traced_from = self._trace_start(trace, model, request)
+            traced_from = trace_queued(trace, model.version_str, request)
         self._enter()
         started = time.perf_counter_ns()
         try:
@@ -347,15 +363,7 @@ class Engine:
                 cache.insert(key, response)
                 stats.cache_missed(lookup_ns + time.perf_counter_ns() - inserted)
             if verbose:
-                log.debug(
-                    "%srequest for model '%s' version %s succeeded in %d us (queue %d us, compute %d us)",
-                    id_prefix(request.id),
-                    model.name,
-                    model.version_str,
-                    (time.perf_counter_ns() - started) // 1000,
-                    timing.queue_ns // 1000,
-                    (timing.input_ns + timing.infer_ns + timing.output_ns) // 1000,
-                )
+                log_succeeded(request, model, time.perf_counter_ns() - started, timing)
             if trace is not None:
                 trace.ensemble = model.ensemble is not None
                 stamp_request(trace, traced_from, timing, time.monotonic_ns())
@@ -377,43 +385,8 @@ class Engine:
             raise error
         return await self.registry.load_on_demand(name, version)
 
-    @staticmethod
-    def _trace_start(trace: Trace, model: LoadedModel, request: InferenceRequest) -> int:
-        trace.model_version = model.version_str
-        for tensor in request.inputs:
-            trace.tensor("TENSOR_QUEUE_INPUT", tensor.name, tensor.datatype, tensor.data)
-        return time.monotonic_ns()
-
-    def _start_trace(self, request: InferenceRequest, context: CallContext) -> Trace | None:
-        """A trace for this request when tracing samples it, with the frontend's receive window."""
-        trace = self.tracer.start(request.model_name, request.model_version, request.id, context.parent())
-        if trace is None:
-            return None
-        request.trace = trace
-        trace.protocol = context.protocol
-        start, end = RECEIVE_ACTIVITIES[context.protocol]
-        trace.stamp(start, context.received_ns)
-        trace.stamp(end)
-        return trace
-
     def sent(self, request: InferenceRequest, send_started_ns: int, *, last: bool = True) -> None:
-        trace = request.trace
-        if trace is None or not trace.protocol:
-            return
-        start, end = SEND_ACTIVITIES[trace.protocol]
-        trace.stamp(start, send_started_ns)
-        trace.stamp(end)
-        if last:
-            self.tracer.finish(trace)
-
-    def trace_settings_now(self, model: str = "", changes: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The trace extension: the settings (global, or of a model), changed first when `changes` is given."""
-        if model and self.registry.models.get(model) is None:
-            raise InvalidArgument(f"Request for unknown model : {model}")
-        settings = (
-            self.tracer.update(changes, model) if changes is not None else self.tracer.settings_for(model)
-        )
-        return settings.to_json(self.tracer_otel)
+        trace_sent(self.tracer, request, send_started_ns, last)
 
     async def infer_stream(
         self, request: InferenceRequest, context: CallContext | None = None, *, internal: bool = False
@@ -423,13 +396,13 @@ class Engine:
             raise self._stopping(request.model_name)
         lease = None
         if request.shared_memory:
-            lease = self.shared_memory.lease()
+            lease = Lease(self.shared_memory)
         try:
             if lease is not None:
                 lease.read(request)
             trace = None
             if context is not None and self.tracer.enabled:
-                trace = self._start_trace(request, context)
+                trace = start_trace(self.tracer, request, context)
             try:
                 async for response in self._infer_stream(request):
                     yield response if lease is None else lease.written(response)
@@ -450,7 +423,7 @@ class Engine:
         stats = model.stats
         trace = request.trace
         if trace is not None:  # a decoupled request: its start and end (no queue / compute breakdown)
-            trace.stamp("REQUEST_START", self._trace_start(trace, model, request))
+            trace.stamp("REQUEST_START", trace_queued(trace, model.version_str, request))
         self._enter()
         started = time.perf_counter_ns()
         try:
@@ -506,19 +479,6 @@ class Engine:
         self.live = False
         self.registry.close()
         self.shared_memory.close()
-
-
-def _describe(request: InferenceRequest, model: LoadedModel) -> str:
-    """A request as the verbose log shows it: model, version, ids, flags, inputs and requested outputs."""
-    inputs = ", ".join(f"{t.name} {t.datatype} {format_shape(t.shape)}" for t in request.inputs)
-    outputs = ", ".join(o.name for o in request.outputs) or "all"
-    sequence = {k: v for k, v in request.parameters.items() if k.startswith("sequence_")}
-    return (
-        f"{id_prefix(request.id)}request for model '{model.name}', requested version "
-        f"{request.model_version or -1}, actual version {model.version_str}, priority {request.priority}, "
-        f"timeout (us) {request.timeout_us}{f', {sequence}' if sequence else ''}; inputs: {inputs}; "
-        f"outputs: {outputs}"
-    )
 
 
 def _failure_reason(error: BaseException) -> str:

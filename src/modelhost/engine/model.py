@@ -1,4 +1,5 @@
-"""One loaded model version: checks a request against its config, runs it through its scheduler, shapes the answer.
+"""One loaded model version: checks a request against its config (request_checks.py), runs it through its
+scheduler, shapes the answer.
 
 Everything per model (tensor specs, labels, metadata) is compiled once at load, not per request.
 """
@@ -7,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -18,46 +19,46 @@ from modelhost.backends.sequence import server_fed_inputs
 from modelhost.datatypes import NUMPY_TO_WIRE
 from modelhost.engine.classification import classify, read_labels
 from modelhost.engine.registry.instance_update import Signature
+from modelhost.engine.request_checks import RequestChecks
+from modelhost.engine.scheduling.api import Ensemble, Scheduler
 from modelhost.engine.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.engine.scheduling.instances import InstancePool
 from modelhost.engine.scheduling.ragged import RaggedBatching, execute_alone
 from modelhost.engine.scheduling.rate_limiter import InstanceNeeds
 from modelhost.engine.scheduling.sequence_batcher import SequenceBatcher
-from modelhost.errors import DecoupledModel, InvalidArgument
-from modelhost.io_specs import TensorSpec, format_shape, input_specs, output_specs, shape_matches
+from modelhost.errors import DecoupledModel
+from modelhost.io_specs import TensorSpec, input_specs, output_specs
 from modelhost.observability.stats import ModelStats, RequestTiming
-from modelhost.tensor_codec import id_prefix
 from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse, Tensor
-
-_BATCH_NOTE = (
-    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to "
-    "each input shape. If you want to specify the full shape including the batch dim in your input dims config, "
-    "try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
-)
-
-
-class Scheduler(Protocol):
-    """What stands between a model's requests and its instances (a batcher), or in place of them (an ensemble)."""
-
-    async def execute(self, job: Job, priority: int, timeout_us: int) -> Arrays: ...
-
-    def queued(self) -> int: ...
-
-
-class Ensemble(Scheduler, Protocol):
-    def ready(self) -> bool: ...
-
-
-def request_prefix(request: InferenceRequest) -> str:
-    return id_prefix(request.id)
-
-
-def _name_list(names: Iterable[str]) -> str:
-    """Names as Triton lists them in messages: ['A','B']."""
-    return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
 class LoadedModel:
+    __slots__ = (
+        "_idle",
+        "_in_flight",
+        "batcher",
+        "cache_name",
+        "checks",
+        "config",
+        "decoupled",
+        "ensemble",
+        "inputs",
+        "labels",
+        "loaded_at_ms",
+        "max_batch_size",
+        "model_dir",
+        "name",
+        "outputs",
+        "outputs_typed_by_model",
+        "placements",
+        "platform",
+        "pool",
+        "ragged",
+        "stats",
+        "version",
+        "version_str",
+    )
+
     def __init__(
         self,
         name: str,
@@ -80,13 +81,7 @@ class LoadedModel:
         fed = server_fed_inputs(config)
         self.inputs: dict[str, TensorSpec] = {n: s for n, s in input_specs(config).items() if n not in fed}
         self.outputs: dict[str, TensorSpec] = output_specs(config)
-        self.required_inputs = [n for n, s in self.inputs.items() if not s.optional]
-        # Every input required and none reshaped: a request that sends each once, well typed and shaped, is
-        # checked in one pass (`_plain_inputs`), as most are.
-        self._inputs_plain = len(self.required_inputs) == len(self.inputs) and all(
-            s.reshape is None for s in self.inputs.values()
-        )
-        self.all_output_names = list(self.outputs)
+        self.checks = RequestChecks(name, self.max_batch_size, self.inputs, self.outputs)
         self.labels = {n: read_labels(model_dir, s.label_filename) for n, s in self.outputs.items()}
         self.platform = config.platform or config.backend
         # A python model's outputs go out in the data type the model gave them, whatever the config says, as
@@ -139,168 +134,39 @@ class LoadedModel:
             ],
         }
 
-    def _model_inputs(self, request: InferenceRequest) -> tuple[Arrays, int]:
-        """Check the inputs against the config; return them model-shaped, and the batch size.
-
-        The checks run in the order of Triton's request normalisation, so that a request with several faults
-        gets the error Triton would give: input count, then names and batch sizes, then types and shapes.
-        """
-        if self._inputs_plain:
-            plain = self._plain_inputs(request)
-            if plain is not None:
-                return plain
-        name = self.name
-        seen: set[str] = set()
-        for tensor in request.inputs:
-            if tensor.name in seen:
-                raise InvalidArgument(
-                    request_prefix(request) + f"input '{tensor.name}' already exists in request"
-                )
-            seen.add(tensor.name)
-        if not len(self.required_inputs) <= len(request.inputs) <= len(self.inputs):
-            raise self._count_error(request)
-        batch: int | None = None
-        for tensor in request.inputs:
-            if tensor.name not in self.inputs:
-                # Triton's wording, without the request id, as it words it.
-                raise InvalidArgument(f"unexpected inference input '{tensor.name}' for model '{name}'")
-            if self.max_batch_size > 0:
-                if not tensor.shape:
-                    raise InvalidArgument(
-                        request_prefix(request)
-                        + f"input '{tensor.name}' has no shape but model requires batch "
-                        f"dimension for '{name}'"
-                    )
-                if batch is None:
-                    batch = tensor.shape[0]
-                elif tensor.shape[0] != batch:
-                    raise InvalidArgument(
-                        request_prefix(request)
-                        + f"input '{tensor.name}' batch size does not match other inputs for '{name}'"
-                    )
-        if any(n not in seen for n in self.required_inputs):
-            # Right count and known names, but an optional input stands in for a required one.
-            raise self._count_error(request)
-        batch = 1 if batch is None else batch
-        if self.max_batch_size > 0 and batch > self.max_batch_size:
-            raise InvalidArgument(
-                request_prefix(request)
-                + f"inference request batch-size must be <= {self.max_batch_size} for '{name}'"
-            )
-        arrays: Arrays = {}
-        for tensor in request.inputs:
-            spec = self.inputs[tensor.name]
-            if tensor.datatype != spec.datatype:
-                raise InvalidArgument(
-                    request_prefix(request)
-                    + f"inference input '{tensor.name}' data-type is '{tensor.datatype}', "
-                    f"but model '{name}' expects '{spec.datatype}'"
-                )
-            shape = tensor.shape
-            if not shape_matches(shape[1:] if self.max_batch_size > 0 else shape, spec.dims):
-                raise self._shape_error(request, tensor, spec)
-            data = tensor.data
-            if spec.reshape is not None:
-                target = ([batch] if self.max_batch_size > 0 else []) + list(spec.reshape)
-                try:
-                    data = data.reshape(target)
-                except ValueError as e:
-                    raise InvalidArgument(
-                        request_prefix(request)
-                        + f"input '{tensor.name}' of shape {format_shape(shape)} cannot "
-                        f"be reshaped to {format_shape(target)} for model '{name}'"
-                    ) from e
-            arrays[tensor.name] = data
-        return arrays, batch
-
-    def _plain_inputs(self, request: InferenceRequest) -> tuple[Arrays, int] | None:
-        """`_model_inputs` in one pass for a model whose inputs are all required and none reshaped, given as
-        many inputs as it has: the arrays and batch size when every check passes, None when one does not (the
-        checks in Triton's order then say which)."""
-        specs = self.inputs
-        if len(request.inputs) != len(specs):
-            return None
-        arrays: Arrays = {}
-        batch: int | None = None
-        batching = self.max_batch_size > 0
-        for tensor in request.inputs:
-            spec = specs.get(tensor.name)
-            if spec is None or tensor.name in arrays or tensor.datatype != spec.datatype:
-                return None
-            shape = tensor.shape
-            if batching:
-                if (
-                    not shape
-                    or (batch is not None and shape[0] != batch)
-                    or not shape_matches(shape[1:], spec.dims)
-                ):
-                    return None
-                batch = shape[0]
-            elif not shape_matches(shape, spec.dims):
-                return None
-            arrays[tensor.name] = tensor.data
-        if batch is None:
-            return arrays, 1
-        return (arrays, batch) if batch <= self.max_batch_size else None
-
-    def _count_error(self, request: InferenceRequest) -> InvalidArgument:
-        got, expected, required = len(request.inputs), len(self.inputs), len(self.required_inputs)
-        names = {t.name for t in request.inputs}
-        missing = [n for n in self.required_inputs if n not in names]
-        count = (
-            f"{expected} inputs"
-            if required == expected
-            else f"number of inputs between {required} and {expected}"
-        )
-        return InvalidArgument(
-            request_prefix(request) + f"expected {count} but got {got} inputs for model '{self.name}'. Got "
-            f"input(s) {_name_list(t.name for t in request.inputs)}, but missing required input(s) "
-            f"{_name_list(missing)}. Please provide all required input(s)."
-        )
-
-    def _shape_error(self, request: InferenceRequest, tensor: Tensor, spec: TensorSpec) -> InvalidArgument:
-        message = (
-            request_prefix(request) + f"unexpected shape for input '{tensor.name}' for model '{self.name}'. "
-            f"Expected {format_shape(spec.full_shape(self.max_batch_size))}, got {format_shape(tensor.shape)}."
-        )
-        if self.max_batch_size > 0:
-            message += _BATCH_NOTE
-        return InvalidArgument(message)
-
-    def _output_names(self, request: InferenceRequest) -> list[str]:
-        if not request.outputs:
-            return self.all_output_names
-        names: list[str] = []
-        for out in request.outputs:
-            if out.name not in self.outputs:
-                # Triton's wording, without the request id, as it words it.
-                raise InvalidArgument(f"unexpected inference output '{out.name}' for model '{self.name}'")
-            if out.name in names:
-                # Triton (2.51) answers the output once; asking twice is a client mistake worth naming.
-                raise InvalidArgument(
-                    request_prefix(request) + f"output '{out.name}' is requested more than once"
-                )
-            if out.classification < 0:
-                raise InvalidArgument(
-                    f"invalid value for 'classification' parameter of output '{out.name}', expected >= 0"
-                )
-            names.append(out.name)
-        return names
-
     def check_request(self, request: InferenceRequest) -> None:
         """The checks a request passes before it is queued (its inputs and requested outputs against the
         config), raising what `infer` would raise for them: for a frontend that must tell a refused request
         from a failed execution (Triton answers a refused /generate_stream request with JSON, a failure of the
         model with an event)."""
-        self._model_inputs(request)
-        self._output_names(request)
+        self.checks.inputs_of(request)
+        self.checks.output_names(request)
 
     async def infer(self, request: InferenceRequest) -> tuple[InferenceResponse, RequestTiming]:
         """The response, and where the request spent its time."""
+        if self.decoupled:
+            raise DecoupledModel()
         # Counted so that an unload or a reload closes this version only once its last request is answered.
         self._in_flight += 1
         try:
-            return await self._infer(request)
+            job = self._job(request)
+            try:
+                if self.batcher is not None:
+                    results = await self.batcher.execute(job, request.priority, request.timeout_us)
+                elif self.ragged is not None:
+                    results = await execute_alone(self.ragged, self.pool, job)
+                else:
+                    results = await self.pool.execute(job)
+            except asyncio.CancelledError:
+                if job.on_cancel is not None:  # the client went away: a python model's is_cancelled() turns true
+                    job.on_cancel()
+                raise
+            response = self._response(request, job, results)
+            # A batcher records its own executions; an ensemble counts as one execution per request, as in Triton.
+            if self.batcher is None or self.ensemble is not None:
+                timing = job.timing
+                self.stats.executed(job.batch_size, timing.input_ns, timing.infer_ns, timing.output_ns)
+            return response, job.timing
         finally:
             self._leave()
 
@@ -309,33 +175,11 @@ class LoadedModel:
         if self._in_flight == 0 and self._idle is not None:
             self._idle.set()
 
-    async def _infer(self, request: InferenceRequest) -> tuple[InferenceResponse, RequestTiming]:
-        if self.decoupled:
-            raise DecoupledModel()
-        job = self._job(request)
-        try:
-            if self.batcher is not None:
-                results = await self.batcher.execute(job, request.priority, request.timeout_us)
-            elif self.ragged is not None:
-                results = await execute_alone(self.ragged, self.pool, job)
-            else:
-                results = await self.pool.execute(job)
-        except asyncio.CancelledError:
-            if job.on_cancel is not None:  # the client went away: a python model's is_cancelled() turns true
-                job.on_cancel()
-            raise
-        response = self._response(request, job, results)
-        # A batcher records its own executions; an ensemble counts as one execution per request, as in Triton.
-        if self.batcher is None or self.ensemble is not None:
-            timing = job.timing
-            self.stats.executed(job.batch_size, timing.input_ns, timing.infer_ns, timing.output_ns)
-        return response, job.timing
-
     def _job(self, request: InferenceRequest, sink: ResponseSink | None = None) -> Job:
         started = time.perf_counter_ns()
         # Requested outputs first, as Triton checks them.
-        output_names = self._output_names(request)
-        inputs, batch = self._model_inputs(request)
+        output_names = self.checks.output_names(request)
+        inputs, batch = self.checks.inputs_of(request)
         job = Job(inputs, output_names, batch, request=request, sink=sink)
         job.timing.input_ns = time.perf_counter_ns() - started
         if request.trace is not None:

@@ -26,7 +26,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from modelhost.engine.response_cache import RedisSettings, render_cache_families
+from modelhost.engine.cache_counters import CacheCounters
+from modelhost.engine.response_cache import RedisSettings
 from modelhost.errors import Unsupported
 from modelhost.tensor_codec import array_from_raw, raw_bytes
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
@@ -100,6 +101,24 @@ def decode_outputs(value: bytes) -> list[Tensor]:
 
 
 class RedisCache:
+    __slots__ = (
+        "_pending",
+        "_skip_until",
+        "_watch",
+        "address",
+        "client",
+        "counters",
+        "down",
+        "dropped_inserts",
+        "entries",
+        "evictions",
+        "failures",
+        "max_pending",
+        "settings",
+        "timeout_s",
+        "utilization",
+    )
+
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
         self.address = f"{settings.host}:{settings.port}"
@@ -111,11 +130,7 @@ class RedisCache:
         self._skip_until = 0.0
         self.down = False
         # Counters, as the local cache's (nv_cache_*), plus what the local cache cannot have.
-        self.lookups = 0
-        self.hits = 0
-        self.misses = 0
-        self.lookup_ns = 0
-        self.insertion_ns = 0
+        self.counters = CacheCounters()
         self.failures = 0
         self.dropped_inserts = 0
         # Redis's own figures, from its INFO (see the module's docstring).
@@ -154,7 +169,6 @@ class RedisCache:
 
     async def lookup(self, key: bytes, request: InferenceRequest, version: str) -> InferenceResponse | None:
         started = time.perf_counter_ns()
-        self.lookups += 1
         value = None
         if time.monotonic() >= self._skip_until:
             try:
@@ -169,11 +183,9 @@ class RedisCache:
                 outputs = decode_outputs(value)
             except Exception as e:  # not ours, or written by another version: a miss
                 log.warning("response cache: an entry in redis could not be read (%s); treated as a miss", e)
-        self.lookup_ns += time.perf_counter_ns() - started
+        self.counters.looked_up(started, hit=outputs is not None)
         if outputs is None:
-            self.misses += 1
             return None
-        self.hits += 1
         return InferenceResponse(request.model_name, version, request.id, outputs)
 
     def insert(self, key: bytes, response: InferenceResponse) -> None:
@@ -184,7 +196,7 @@ class RedisCache:
             return
         started = time.perf_counter_ns()
         value = encode_outputs(response.outputs)
-        self.insertion_ns += time.perf_counter_ns() - started
+        self.counters.inserted(started)
         task = asyncio.get_running_loop().create_task(self._set(KEY_PREFIX + key, value))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -197,7 +209,7 @@ class RedisCache:
             self._failed(e)
         else:
             self._answered()
-        self.insertion_ns += time.perf_counter_ns() - started
+        self.counters.inserted(started)
 
     def _failed(self, e: BaseException) -> None:
         self.failures += 1
@@ -226,7 +238,7 @@ class RedisCache:
 
     def render(self) -> list[str]:
         """The local cache's families: this server's counts, redis's figures."""
-        return render_cache_families(self)
+        return self.counters.render(self.utilization, self.entries, self.evictions)
 
 
 __all__ = ["KEY_PREFIX", "RedisCache", "decode_outputs", "encode_outputs"]

@@ -18,11 +18,11 @@ import collections
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from modelhost.observability.stats import CACHE_FAMILIES
+from modelhost.engine.cache_counters import CacheCounters
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
 
 
@@ -141,17 +141,15 @@ def _nbytes(outputs: list[Tensor]) -> int:
 
 
 class ResponseCache:
+    __slots__ = ("_entries", "counters", "evictions", "size", "used")
+
     def __init__(self, settings: CacheSettings) -> None:
         self.size = settings.size
         self.used = 0
         self._entries: collections.OrderedDict[bytes, _Entry] = collections.OrderedDict()
-        # The server-wide counters of Triton's local cache metrics (nv_cache_*).
-        self.lookups = 0
-        self.hits = 0
-        self.misses = 0
         self.evictions = 0
-        self.lookup_ns = 0
-        self.insertion_ns = 0
+        # The server-wide counters of Triton's cache metrics (nv_cache_*).
+        self.counters = CacheCounters()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -160,14 +158,11 @@ class ResponseCache:
         """A coroutine, as the redis cache's (it returns at once)."""
         started = time.perf_counter_ns()
         entry = self._entries.get(key)
-        self.lookups += 1
         if entry is None:
-            self.misses += 1
-            self.lookup_ns += time.perf_counter_ns() - started
+            self.counters.looked_up(started, hit=False)
             return None
         self._entries.move_to_end(key)
-        self.hits += 1
-        self.lookup_ns += time.perf_counter_ns() - started
+        self.counters.looked_up(started, hit=True)
         return InferenceResponse(request.model_name, version, request.id, list(entry.outputs))
 
     def insert(self, key: bytes, response: InferenceResponse) -> None:
@@ -185,58 +180,15 @@ class ResponseCache:
                 self.evictions += 1
             self._entries[key] = _Entry(outputs, nbytes)
             self.used += nbytes
-        self.insertion_ns += time.perf_counter_ns() - started
+        self.counters.inserted(started)
 
     @property
     def utilization(self) -> float:
         return self.used / self.size if self.size else 0.0
 
     def render(self) -> list[str]:
-        """Triton's local cache families for /metrics (durations in microseconds)."""
-        return render_cache_families(self)
-
-    @property
-    def entries(self) -> int:
-        return len(self)
-
-
-class CacheFigures(Protocol):
-    """What either cache (local, redis) counts, for Triton's cache metrics."""
-
-    @property
-    def utilization(self) -> float: ...
-    @property
-    def entries(self) -> int: ...
-    @property
-    def lookups(self) -> int: ...
-    @property
-    def hits(self) -> int: ...
-    @property
-    def misses(self) -> int: ...
-    @property
-    def evictions(self) -> int: ...
-    @property
-    def lookup_ns(self) -> int: ...
-    @property
-    def insertion_ns(self) -> int: ...
-
-
-def render_cache_families(cache: CacheFigures) -> list[str]:
-    """Triton's cache metric families (gauges, server-wide) of a cache, in Triton's order; durations in us."""
-    values = {
-        "nv_cache_util": f"{cache.utilization:.6f}",
-        "nv_cache_num_entries": cache.entries,
-        "nv_cache_num_lookups": cache.lookups,
-        "nv_cache_num_hits": cache.hits,
-        "nv_cache_num_misses": cache.misses,
-        "nv_cache_num_evictions": cache.evictions,
-        "nv_cache_lookup_duration": cache.lookup_ns // 1000,
-        "nv_cache_insertion_duration": cache.insertion_ns // 1000,
-    }
-    lines: list[str] = []
-    for name, help_text in CACHE_FAMILIES:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {values[name]}"]
-    return lines
+        """Triton's local cache families for /metrics."""
+        return self.counters.render(self.utilization, len(self._entries), self.evictions)
 
 
 __all__ = [
@@ -245,5 +197,4 @@ __all__ = [
     "ResponseCache",
     "cache_key",
     "parse_cache_config",
-    "render_cache_families",
 ]

@@ -8,7 +8,7 @@ calls. Every call returns `(error, *values)`; `check` turns an error into CudaEr
 Imported lazily (`runtime()`), never at module import, so that a host without the package starts, and each user
 says in its own words which package is missing (`MissingBindings`).
 
-Users: client CUDA shared memory (`modelhost.engine.shared_memory`: IPC handles opened, device memory copied to and
+Users: client CUDA shared memory (`modelhost.engine.shm_cuda`: IPC handles opened, device memory copied to and
 from the host) and the TensorRT backend (its streams and device buffers, `backends/tensorrt/cuda.py`).
 """
 

@@ -15,7 +15,8 @@ import pytest
 from cuda_stand_in import HostIpc
 from modelhost.engine.engine import Engine
 from modelhost.engine.registry.registry import ModelRegistry
-from modelhost.engine.shared_memory import CUDA, SharedMemoryRegistry
+from modelhost.engine.shared_memory import SharedMemoryRegistry
+from modelhost.engine.shm_cuda import CUDA
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse
 from modelhost.frontends.http.routes import HttpRoutes
 
@@ -37,8 +38,7 @@ def registry(ipc: HostIpc) -> Iterator[SharedMemoryRegistry]:
 @pytest.fixture
 def routes(registry: SharedMemoryRegistry) -> HttpRoutes:
     # The shared-memory endpoints use nothing of the engine but its shared-memory registry.
-    engine = Engine(cast(ModelRegistry, SimpleNamespace()))
-    engine.shared_memory = registry
+    engine = Engine(cast(ModelRegistry, SimpleNamespace()), shared_memory=registry)
     return HttpRoutes(engine, max_input_size=1 << 20)
 
 

@@ -67,6 +67,18 @@ def in_ensemble(name: str, error: BaseException) -> BaseException:
 
 
 class EnsembleScheduler:
+    __slots__ = (
+        "_routes",
+        "batching",
+        "elsewhere",
+        "input_types",
+        "limits",
+        "optional_inputs",
+        "output_dims",
+        "plan",
+        "services",
+    )
+
     def __init__(self, plan: EnsemblePlan, config: Any, services: BackendServices) -> None:
         self.plan = plan
         self.services = services
@@ -128,6 +140,8 @@ class _Route:
     """What a request asking for a given set of outputs does, worked out once per set and kept: the steps it runs,
     how many times each tensor is read, and the outputs asked of each step."""
 
+    __slots__ = ("consumers", "needed", "readers", "requested", "requested_set", "step_outputs")
+
     def __init__(self, plan: EnsemblePlan, requested: list[str]) -> None:
         self.requested = requested
         self.requested_set = frozenset(requested)
@@ -152,6 +166,26 @@ class _Run:
     one of the step that produced its inputs) runs the first ready step itself and starts a task for each other:
     a chain of steps costs no task at all, and independent steps still run at the same time.
     """
+
+    __slots__ = (
+        "answered",
+        "done",
+        "error",
+        "iterations",
+        "job",
+        "plan",
+        "readers",
+        "ready",
+        "request",
+        "result",
+        "route",
+        "running",
+        "scheduler",
+        "sink",
+        "started",
+        "tasks",
+        "values",
+    )
 
     def __init__(self, scheduler: EnsembleScheduler, job: Job) -> None:
         self.scheduler = scheduler

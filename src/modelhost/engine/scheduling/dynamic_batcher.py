@@ -95,6 +95,25 @@ class _Level:
 
 
 class DynamicBatcher:
+    __slots__ = (
+        "_arrived",
+        "_delay_env",
+        "_dispatcher",
+        "_in_order",
+        "default_level",
+        "delay_ns",
+        "levels",
+        "max_batch_size",
+        "max_preferred",
+        "max_priority",
+        "pool",
+        "preferred",
+        "preserve_ordering",
+        "ragged",
+        "ragged_inputs",
+        "stats",
+    )
+
     def __init__(self, pool: InstancePool, config: Any, stats: ModelStats) -> None:
         db = config.dynamic_batching
         self.pool = pool

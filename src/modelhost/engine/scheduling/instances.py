@@ -51,6 +51,8 @@ _EWMA_WEIGHT = 0.05
 
 
 class Worker:
+    __slots__ = ("batches", "granted", "instance", "requests", "retired", "slot", "spare", "thread")
+
     def __init__(self, instance: ModelInstance | RequestLevelInstance) -> None:
         self.instance = instance
         self.requests = instance if isinstance(instance, RequestLevelInstance) else None
@@ -98,6 +100,11 @@ class _QueuedJob:
 
 
 class InstancePool:
+    __slots__ = (
+        "_idle", "_idle_spares", "_inline_now", "_limiter", "_pinned", "_pipelining", "_retiring", "_runs",
+        "_spares", "_typical_ns", "_waiters", "_workers", "request_level",
+    )
+
     def __init__(
         self,
         instances: list[ModelInstance] | list[RequestLevelInstance],

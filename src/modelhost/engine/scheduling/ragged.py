@@ -92,6 +92,8 @@ def _dtype(config_type: int) -> np.dtype[Any]:
 
 
 class RaggedBatching:
+    __slots__ = ("batch_inputs", "ragged", "scatters")
+
     def __init__(self, config: Any) -> None:
         _check(config)
         self.ragged = frozenset(t.name for t in config.input if t.allow_ragged_batch)

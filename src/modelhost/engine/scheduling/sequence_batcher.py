@@ -4,194 +4,119 @@ Triton's semantics, as far as they go here (docs/sequence-batching.md lists the 
 - every request names its sequence (`sequence_id`, non-zero or non-empty), has batch size 1, and the first request
   of a sequence carries the START flag; the END flag closes it;
 - a live sequence holds a slot of one instance, and all its requests run on that instance in arrival order, one
-  per execution: a python model keeps its state in that instance's process;
-- `direct` (the default): slots per instance = max_batch_size (1 without batching); the present requests of the
-  slots of one instance run together, waiting up to `direct.max_queue_delay_microseconds` for the other occupied
-  slots; `oldest`: `max_candidate_sequences` slots per instance, batched oldest first up to max_batch_size, a
-  preferred size going at once, otherwise waiting up to `oldest.max_queue_delay_microseconds`;
-- sequences beyond the slots wait in a backlog, in arrival order, for a slot to free up (at END, at idle release
-  after `max_sequence_idle_microseconds`, or when a queued request of the sequence is cancelled);
+  per execution (sequence_slots.py): a python model keeps its state in that instance's process;
+- the requests of an instance's slots are batched by the `direct` (the default) or the `oldest` strategy
+  (sequence_strategy.py);
+- sequences beyond the slots wait in a backlog (sequence_backlog.py), in arrival order, for a slot to free up (at
+  END, at idle release after `max_sequence_idle_microseconds`, or when a queued request of the sequence is
+  cancelled);
 - a request's `timeout` applies to a sequence in the backlog only: once the earliest deadline of its queued
   requests passes, every request it has queued fails (UNAVAILABLE, Triton's "timeout of the corresponding sequence
   has been expired") and the sequence is forgotten, so its later requests fail for want of START; a request's
   priority is not looked at (Triton's sequence batcher ignores it too);
-- control inputs (START, END, READY, CORRID) and implicit state (`state[]`) are fed by the server;
-- `oldest.preserve_ordering`: answers leave in the order their requests arrived, across sequences (an answer
-  waits for those of earlier requests; a decoupled model's responses to a request wait until every earlier
-  request has had its final one);
+- control inputs (START, END, READY, CORRID) and implicit state (`state[]`) are fed by the server
+  (backends/sequence.py `SequenceFeed`);
+- `oldest.preserve_ordering`: answers leave in the order their requests arrived, across sequences
+  (sequence_ordering.py);
 - `iterative_sequence`: a request without a sequence id is a sequence of its own (an id from a counter of the
   batcher's, START), and a request its model hands back (a python model's `set_release_flags(RESCHEDULE)`) runs
   again in its slot, its flags cleared and its state kept, until the model releases it for good, which ends that
   sequence (Triton's GenerativeSequencer).
 
-Test hooks, as Triton's: `TRITONSERVER_DELAY_SCHEDULER=N` holds every execution until N requests are queued in
-slots, `TRITONSERVER_BACKLOG_DELAY_SCHEDULER=M` until M requests wait in the backlog (Triton reads the latter only
-with the former set; here either works alone).
+This module composes those pieces: a request's way in, idle release, each instance's dispatcher (held by Triton's
+test hooks, TRITONSERVER_DELAY_SCHEDULER and _BACKLOG_DELAY_SCHEDULER: sequence_strategy.py), execution.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import logging
-import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
-from tritonclient.grpc.model_config_pb2 import ModelSequenceBatching
 
-from modelhost.backends.api import Arrays, Job, JobOutcomes, Rescheduled, ResponseSink
+from modelhost.backends.api import Arrays, Job, JobOutcomes, Rescheduled
 from modelhost.backends.sequence import (
     SEQUENCE_END,
     SEQUENCE_START,
-    Control,
     CorrelationId,
-    controls,
+    SequenceFeed,
+    batch_size_error,
+    correlation_id_error,
     sequence_params,
-    states,
+    start_error,
 )
-from modelhost.engine.scheduling.dynamic_batcher import batch_key
 from modelhost.engine.scheduling.instances import InstancePool, Worker
+from modelhost.engine.scheduling.sequence_backlog import Backlog
+from modelhost.engine.scheduling.sequence_ordering import OrderedDelivery, OrderedSink
+from modelhost.engine.scheduling.sequence_slots import Lane, Sequence, SequenceRequest, SequenceSlots
+from modelhost.engine.scheduling.sequence_strategy import SequenceStrategy
 from modelhost.errors import Cancelled, InternalError, InvalidArgument, ModelConfigError, Unavailable
 from modelhost.observability.stats import ModelStats
 from modelhost.types import InferenceRequest
 
 log = logging.getLogger("modelhost.sequence_batcher")
 
-_Kind = ModelSequenceBatching.Control
-
-# -- Triton's messages (core sequence_batch_scheduler.cc, sequencer), in one place -------------------------------
-
-
-def batch_size_error(model: str) -> InvalidArgument:
-    return InvalidArgument(
-        f"inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
-    )
-
-
-def correlation_id_error(model: str) -> InvalidArgument:
-    return InvalidArgument(
-        f"inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
-    )
-
-
-def start_error(corrid: CorrelationId, model: str) -> InvalidArgument:
-    return InvalidArgument(
-        f"inference request for sequence {corrid} to model '{model}' must specify the START flag on the first "
-        "request of the sequence"
-    )
-
-
+# Triton's words (core sequence_batch_scheduler.cc, sequencer); those of a request that breaks the sequence
+# contract are backends/sequence.py's.
 _CANCELLED = "sequence {} of model '{}' was cancelled: a request of it went away while queued"
 _UNLOADED = "model '{}' was unloaded while the request waited in its sequence batcher"
 _EXPIRED = "timeout of the corresponding sequence has been expired"  # Triton's words
 
 
-# -- bookkeeping -------------------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False, slots=True)
-class _Request:
-    job: Job
-    flags: int
-    future: asyncio.Future[Arrays]
-    enqueued_ns: int
-    sequence: _Sequence
-    taken: bool = False  # in an execution, answered, or dropped
-    # oldest.preserve_ordering: its answer, held until every request that arrived before it has its own.
-    answer: Arrays | BaseException | None = None
-
-
-@dataclass(eq=False, slots=True)
-class _Sequence:
-    corrid: CorrelationId
-    queue: collections.deque[_Request] = field(default_factory=collections.deque)
-    lane: _Lane | None = None  # None: waiting in the backlog
-    slot: int = 0
-    state: Arrays = field(default_factory=dict)
-    last_ns: int = 0
-    running: int = 0
-    closing: bool = False  # END queued, released or cancelled: no request joins it any more
-    # In the backlog: when the earliest timeout of its queued requests passes (perf_counter_ns; 0: none).
-    expires_ns: int = 0
-
-
-@dataclass(eq=False, slots=True)
-class _Lane:
-    """One instance and its slots."""
-
-    index: int
-    worker: Worker
-    slots: list[_Sequence | None]
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-    # Retired by an instance update: its slots take no new sequence; resolved once the last one ends.
-    emptied: asyncio.Future[None] | None = None
-
-
 class SequenceBatcher:
+    __slots__ = (
+        "_closed",
+        "_iterative_ids",
+        "_live",
+        "_reaper",
+        "backlog",
+        "feed",
+        "idle_ns",
+        "iterative",
+        "name",
+        "ordered",
+        "pool",
+        "slots",
+        "stats",
+        "strategy",
+    )
+
     def __init__(self, pool: InstancePool, config: Any, stats: ModelStats, model_dir: Path) -> None:
         sb = config.sequence_batching
         self.pool = pool
         self.stats = stats
         self.name = str(config.name)
-        self.batching = int(config.max_batch_size) > 0
-        self.max_rows = max(1, int(config.max_batch_size))
-        self.oldest = sb.HasField("oldest")
-        if self.oldest:
-            slots = max(1, int(sb.oldest.max_candidate_sequences) or self.max_rows)
-            self.delay_ns = int(sb.oldest.max_queue_delay_microseconds) * 1000
-            self.preferred = {int(p) for p in sb.oldest.preferred_batch_size if 0 < p <= self.max_rows}
-            self.min_utilization = 0.0
-        else:
-            slots = self.max_rows
-            self.delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
-            self.preferred = set()
-            self.min_utilization = float(sb.direct.minimum_slot_utilization)
+        self.strategy = SequenceStrategy(config, pool.request_level)
         # Normalisation sets the 1 s default; a config built in a test may not have run it.
         self.idle_ns = (int(sb.max_sequence_idle_microseconds) or 1_000_000) * 1000
-        self.controls = controls(config)
-        self.states = states(config, model_dir)
-        if self.states and pool.request_level:
+        self.feed = SequenceFeed(config, model_dir)
+        if self.feed.states and pool.request_level:
             # A python model answers only the outputs its config lists: the state output would never come back.
             raise ModelConfigError(
                 f"implicit state (sequence_batching.state) is not supported for python model '{self.name}'; "
                 "keep the state in the model, keyed by request.correlation_id()"
             )
-        self._slots_per_lane = slots
-        self._next_lane = len(pool.workers) - 1  # the last lane index handed out
-        self._lanes: dict[int, _Lane] = {i: _Lane(i, w, [None] * slots) for i, w in enumerate(pool.workers)}
-        # Free slots, spread over the instances first (slot 0 of each instance, then slot 1, ...).
-        self._free: list[tuple[int, int]] = sorted(
-            ((s, lane.index) for lane in self._lanes.values() for s in range(slots)), reverse=True
-        )
-        self._live: dict[CorrelationId, _Sequence] = {}  # sequences that take more requests
-        self._backlog: collections.deque[_Sequence] = collections.deque()
-        self._in_slots = 0  # requests queued in slots
-        self._in_backlog = 0  # requests queued in the backlog
+        self.slots = SequenceSlots(pool.workers, self.strategy.per_lane)
+        self.backlog = Backlog()
+        self._live: dict[CorrelationId, Sequence] = {}  # sequences that take more requests
         self._reaper: asyncio.Task[None] | None = None
-        self._reaper_wake = asyncio.Event()  # a backlogged sequence's deadline came sooner
-        self._delay_n = _env_count("TRITONSERVER_DELAY_SCHEDULER")
-        self._backlog_delay_n = _env_count("TRITONSERVER_BACKLOG_DELAY_SCHEDULER")
         self._closed = False
         self.iterative = bool(sb.iterative_sequence)
-        # Answers in arrival order across sequences (Triton's oldest.preserve_ordering): held in `_in_order`.
-        self.preserve_ordering = self.oldest and bool(sb.oldest.preserve_ordering)
-        self._in_order: collections.deque[_Request] = collections.deque()
-        self._streams_in_order: collections.deque[_OrderedSink] = collections.deque()  # decoupled requests'
+        # Answers in arrival order across sequences (Triton's oldest.preserve_ordering).
+        preserve = self.strategy.oldest and bool(sb.oldest.preserve_ordering)
+        self.ordered = OrderedDelivery() if preserve else None
         self._iterative_ids = itertools.count(1)  # as Triton's: shown to the model, never looked up
 
     # -- queueing --------------------------------------------------------------------------------------------------
 
     def queued(self) -> int:
         """Requests waiting, in slots or in the backlog."""
-        return self._in_slots + self._in_backlog
+        return self.slots.requests + self.backlog.requests
 
     def continues(self, request: InferenceRequest) -> bool:
         """Whether the request is a later request of a live sequence (served while the server drains)."""
@@ -200,8 +125,7 @@ class SequenceBatcher:
 
     def live_sequences(self) -> int:
         """Sequences holding a slot or waiting in the backlog (freed ones are gone: a leak shows here)."""
-        held = sum(1 for lane in self._lanes.values() for s in lane.slots if s is not None)
-        return held + len(self._backlog)
+        return self.slots.held() + len(self.backlog)
 
     async def execute(self, job: Job, priority: int = 0, timeout_us: int = 0) -> Arrays:
         if self._closed:
@@ -223,26 +147,23 @@ class SequenceBatcher:
             sequence.closing = own  # nothing joins it; its slot is freed once its one request is done
         # A START on a live sequence (its END never came) goes on in the same slot, its state reset (Triton).
         now = time.perf_counter_ns()
-        ordered: _OrderedSink | None = None
-        if self.preserve_ordering and job.sink is not None:  # a decoupled model's request: its responses held
-            ordered = job.sink = _OrderedSink(job.sink, self._streams_in_order)
-        request = _Request(job, flags, asyncio.get_running_loop().create_future(), now, sequence)
+        ordered: OrderedSink | None = None
+        if self.ordered is not None and job.sink is not None:  # a decoupled model's request: responses held
+            ordered = job.sink = self.ordered.sink(job.sink)
+        request = SequenceRequest(job, flags, asyncio.get_running_loop().create_future(), now, sequence)
         sequence.queue.append(request)
-        if self.preserve_ordering:
-            self._in_order.append(request)
+        if self.ordered is not None:
+            self.ordered.enlist(request)
         sequence.last_ns = now
         if flags & SEQUENCE_END:
             sequence.closing = True
             del self._live[corrid]
         if sequence.lane is None:
-            self._in_backlog += 1
+            self.backlog.requests += 1
             if timeout_us > 0:
-                deadline = now + timeout_us * 1000
-                if not sequence.expires_ns or deadline < sequence.expires_ns:
-                    sequence.expires_ns = deadline
-                    self._reaper_wake.set()
+                self.backlog.shorten(sequence, now + timeout_us * 1000)
         else:
-            self._in_slots += 1
+            self.slots.requests += 1
         self._wake(sequence.lane)
         try:
             return await request.future
@@ -254,40 +175,39 @@ class SequenceBatcher:
             if not request.taken:  # the caller went away while queued
                 self._abandon(request)
 
-    def _new_sequence(self, corrid: CorrelationId, listed: bool = True) -> _Sequence:
-        sequence = _Sequence(corrid)
+    def _new_sequence(self, corrid: CorrelationId, listed: bool = True) -> Sequence:
+        sequence = Sequence(corrid)
         if listed:  # found by its id by its later requests
             self._live[corrid] = sequence
-        if self._free:
-            slot, lane = self._free.pop()
-            self._assign(sequence, self._lanes[lane], slot)
+        lane = self.slots.take(sequence)
+        if lane is not None:
+            self._serve(lane)
         else:
-            self._backlog.append(sequence)
+            self.backlog.append(sequence)
         return sequence
 
-    def _assign(self, sequence: _Sequence, lane: _Lane, slot: int) -> None:
-        sequence.lane, sequence.slot = lane, slot
-        lane.slots[slot] = sequence
+    def _serve(self, lane: Lane) -> None:
+        """A sequence took a slot of `lane`: its dispatcher and the idle reaper run."""
         if lane.task is None or lane.task.done():
             lane.task = asyncio.get_running_loop().create_task(self._run_lane(lane))
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
-    def _wake(self, lane: _Lane | None) -> None:
-        if self._delay_n or self._backlog_delay_n:
-            for each in self._lanes.values():  # every lane is held by the test hooks' global counts
+    def _wake(self, lane: Lane | None) -> None:
+        if self.strategy.hooked:
+            for each in self.slots.lanes.values():  # every lane is held by the test hooks' global counts
                 each.arrived.set()
         elif lane is not None:
             lane.arrived.set()
 
-    def _unqueue(self, request: _Request) -> None:
+    def _unqueue(self, request: SequenceRequest) -> None:
         request.taken = True
         if request.sequence.lane is None:
-            self._in_backlog -= 1
+            self.backlog.requests -= 1
         else:
-            self._in_slots -= 1
+            self.slots.requests -= 1
 
-    def _abandon(self, request: _Request) -> None:
+    def _abandon(self, request: SequenceRequest) -> None:
         """A queued request's caller went away: the sequence is cancelled (as Triton cancels it), its other
         queued requests fail, and its slot goes to the next sequence."""
         sequence = request.sequence
@@ -295,7 +215,7 @@ class SequenceBatcher:
         self._unqueue(request)
         self._cancel(sequence, Cancelled(_CANCELLED.format(sequence.corrid, self.name)))
 
-    def _cancel(self, sequence: _Sequence, error: BaseException) -> None:
+    def _cancel(self, sequence: Sequence, error: BaseException) -> None:
         while sequence.queue:
             other = sequence.queue.popleft()
             self._unqueue(other)
@@ -304,181 +224,102 @@ class SequenceBatcher:
         self._close_sequence(sequence)
         self._maybe_release(sequence)
 
-    def _close_sequence(self, sequence: _Sequence) -> None:
+    def _close_sequence(self, sequence: Sequence) -> None:
         sequence.closing = True
         if self._live.get(sequence.corrid) is sequence:
             del self._live[sequence.corrid]
 
-    def _maybe_release(self, sequence: _Sequence) -> None:
+    def _maybe_release(self, sequence: Sequence) -> None:
         """Free the sequence's slot (or backlog place) once it is closed and nothing of it is queued or running."""
         if not sequence.closing or sequence.queue or sequence.running:
             return
         sequence.state = {}
-        lane = sequence.lane
-        if lane is None:
-            with contextlib.suppress(ValueError):
-                self._backlog.remove(sequence)
+        if sequence.lane is None:
+            self.backlog.remove(sequence)
             return
-        if lane.slots[sequence.slot] is not sequence:
-            return  # already released
-        lane.slots[sequence.slot] = None
-        self._give_slot(lane, sequence.slot)
+        lane = self.slots.vacate(sequence)
+        if lane is not None:  # else already released
+            self._give_slot(lane, sequence.slot)
 
-    def _give_slot(self, lane: _Lane, slot: int) -> None:
+    def _give_slot(self, lane: Lane, slot: int) -> None:
         """The freed slot goes to the oldest backlogged sequence, with the requests it collected meanwhile."""
         if lane.emptied is not None:  # a retired instance's: its last sequences end, nothing new comes
-            self._maybe_emptied(lane)
+            self.slots.drop_if_empty(lane)
             return
-        while self._backlog:
-            waiting = self._backlog.popleft()
-            if not waiting.queue:  # cancelled in the backlog
-                continue
-            self._in_backlog -= len(waiting.queue)
-            self._in_slots += len(waiting.queue)
-            waiting.expires_ns = 0  # in a slot, its requests wait without a deadline (Triton)
-            self._assign(waiting, lane, slot)
-            self._wake(lane)
+        waiting = self.backlog.pop() if self.backlog.sequences else None
+        if waiting is None:
+            self.slots.free(lane, slot)
             return
-        self._free.append((slot, lane.index))
-        self._free.sort(reverse=True)
+        self.slots.requests += len(waiting.queue)
+        self.slots.assign(waiting, lane, slot)
+        self._serve(lane)
+        self._wake(lane)
 
     # -- instance updates ---------------------------------------------------------------------------------------
 
     def add_lanes(self, workers: list[Worker]) -> None:
         """New instances (an instance update): their slots take backlogged sequences first, then new ones."""
         for worker in workers:
-            self._next_lane += 1
-            index = self._next_lane
-            lane = _Lane(index, worker, [None] * self._slots_per_lane)
-            self._lanes[index] = lane
-            for slot in range(self._slots_per_lane):
+            lane = self.slots.add(worker)
+            for slot in range(self.slots.per_lane):
                 self._give_slot(lane, slot)
 
     def sequences_on(self, worker: Worker) -> int:
         """Sequences holding a slot of that instance."""
-        return sum(
-            1 for lane in self._lanes.values() if lane.worker is worker for s in lane.slots if s is not None
-        )
+        return self.slots.sequences_on(worker)
 
     def retire_lane(self, worker: Worker) -> asyncio.Future[None]:
         """An instance leaves (an instance update): its slots take no new sequence, and the sequences in them go
         on there until they end (as Triton keeps a removed instance for them). Resolves once none is left."""
-        lane = next(lane for lane in self._lanes.values() if lane.worker is worker)
-        lane.emptied = asyncio.get_running_loop().create_future()
-        self._free = [(slot, index) for slot, index in self._free if index != lane.index]
-        self._maybe_emptied(lane)
-        return lane.emptied
-
-    def _maybe_emptied(self, lane: _Lane) -> None:
-        if lane.emptied is None or any(s is not None for s in lane.slots):
-            return
-        del self._lanes[lane.index]
-        lane.arrived.set()  # its dispatcher sees no sequence and ends
-        if not lane.emptied.done():
-            lane.emptied.set_result(None)
+        return self.slots.retire(worker)
 
     # -- idle release ------------------------------------------------------------------------------------------
 
     async def _reap(self) -> None:
-        """Release the slots of sequences that sent nothing for max_sequence_idle_microseconds."""
+        """Release the slots of sequences that sent nothing for max_sequence_idle_microseconds, and expire the
+        backlogged sequences whose deadline passed."""
         while True:
             now = time.perf_counter_ns()
-            wait_ns = self.idle_ns
-            held = False
-            for lane in list(self._lanes.values()):
-                for sequence in lane.slots:
-                    if sequence is None or sequence.closing:
-                        continue
-                    held = True
-                    if sequence.queue or sequence.running:
-                        continue  # looked at again once idle: its last_ns moves at completion
-                    remaining = sequence.last_ns + self.idle_ns - now
-                    if remaining <= 0:
-                        self._close_sequence(sequence)
-                        self._maybe_release(sequence)
-                    else:
-                        wait_ns = min(wait_ns, remaining)
-            for sequence in list(self._backlog):
-                if not sequence.expires_ns:
-                    continue
-                if sequence.expires_ns <= now:
+            idle, wait_ns, held = self.slots.idle(now, self.idle_ns)
+            for sequence in idle:
+                self._close_sequence(sequence)
+                self._maybe_release(sequence)
+            if self.backlog.sequences:
+                expired, next_ns = self.backlog.expired(now)
+                for sequence in expired:
                     self._cancel(sequence, Unavailable(_EXPIRED))
-                else:
-                    wait_ns = min(wait_ns, sequence.expires_ns - now)
+                if next_ns is not None:
+                    wait_ns = min(wait_ns, next_ns)
             if not held:
                 return
-            await _wait(self._reaper_wake, wait_ns / 1e9)
+            await _wait(self.backlog.deadline_changed, wait_ns / 1e9)
 
     # -- batch forming ----------------------------------------------------------------------------------------
 
-    def _held_by_hooks(self) -> bool:
-        if (self._delay_n and self._in_slots < self._delay_n) or (
-            self._backlog_delay_n and self._in_backlog < self._backlog_delay_n
-        ):
-            return True
-        self._delay_n = self._backlog_delay_n = 0  # once reached, the hooks are spent (as Triton's)
-        return False
-
-    @staticmethod
-    def _heads(lane: _Lane) -> list[_Request]:
-        """The next request of each sequence in the lane's slots whose previous request has completed: the
-        instance is released before the completion callback runs, and the next request must read the state that
-        its predecessor wrote (a backlogged sequence's requests, or a stream's, queue up back to back)."""
-        return [s.queue[0] for s in lane.slots if s is not None and s.queue and not s.running]
-
-    def _choose(self, lane: _Lane, force: bool) -> list[_Request] | None:
-        """The requests to run now, at most one per sequence, or None to wait for more."""
-        heads = self._heads(lane)
-        if not heads:
-            return []
-        heads.sort(key=lambda r: r.enqueued_ns)
-        if len(heads) > 1 and not self.pool.request_level:
-            # Rows are concatenated: only requests whose inputs (and states, which may grow step by step) have
-            # the oldest one's shapes go together.
-            key = self._shapes(heads[0])
-            heads = [r for r in heads if self._shapes(r) == key]
-        if self.oldest:
-            if len(heads) >= self.max_rows or force or not self.delay_ns:
-                return heads[: self.max_rows]
-            best = max((p for p in self.preferred if p <= len(heads)), default=0)
-            return heads[:best] if best else None
-        # Rows in slot order, as Triton's direct strategy: a model keeping state per batch slot (Triton's own
-        # sequence test backend) finds each sequence at its slot's row while the slots below it are occupied.
-        heads.sort(key=lambda r: r.sequence.slot)
-        # Triton's rule: without both a queue delay and a minimum slot utilization, at once; else once that share
-        # of the instance's slots has a request, or the oldest has waited out the delay.
-        if force or not self.delay_ns or not self.min_utilization:
-            return heads
-        if len(heads) / len(lane.slots) >= self.min_utilization:
-            return heads
-        return None
-
-    @staticmethod
-    def _shapes(request: _Request) -> tuple[Any, ...]:
-        state = request.sequence.state
-        return (batch_key(request.job.inputs), *((name, state[name].shape) for name in sorted(state)))
-
-    async def _next_batch(self, lane: _Lane) -> list[_Request]:
+    async def _next_batch(self, lane: Lane) -> list[SequenceRequest]:
         while True:
-            if self._held_by_hooks():
+            if self.strategy.hooked and self.strategy.held(self.slots.requests, self.backlog.requests):
                 await _wait(lane.arrived, None)
                 continue
-            batch = self._choose(lane, force=False)
+            batch = self.strategy.choose(lane, force=False)
             if batch is None:
-                oldest = min(r.enqueued_ns for r in self._heads(lane))
-                remaining = (oldest + self.delay_ns - time.perf_counter_ns()) / 1e9
+                oldest = min(r.enqueued_ns for r in self.strategy.heads(lane))
+                remaining = (oldest + self.strategy.delay_ns - time.perf_counter_ns()) / 1e9
                 if remaining > 0:
                     await _wait(lane.arrived, remaining)
                     continue
-                batch = self._choose(lane, force=True)
+                batch = self.strategy.choose(lane, force=True)
             if batch:
                 return batch
             await _wait(lane.arrived, None)
 
-    async def _run_lane(self, lane: _Lane) -> None:
+    async def _run_lane(self, lane: Lane) -> None:
         """This instance's dispatcher: one execution at a time, so a sequence's requests run in order."""
+        strategy = self.strategy
         while any(s is not None for s in lane.slots):
-            if not self._heads(lane) or self._held_by_hooks():
+            if not strategy.heads(lane) or (
+                strategy.hooked and strategy.held(self.slots.requests, self.backlog.requests)
+            ):
                 await _wait(lane.arrived, None)
                 continue
             worker = await self.pool.acquire_worker(lane.worker)
@@ -498,82 +339,21 @@ class SequenceBatcher:
 
     # -- execution ---------------------------------------------------------------------------------------------
 
-    def _fed(self, request: _Request) -> Arrays:
-        """The request's inputs with the control and state tensors the server feeds."""
-        job = request.job
-        sequence = request.sequence
-        if request.flags & SEQUENCE_START or not sequence.state:
-            sequence.state = {s.input_name: s.initial for s in self.states}
-        inputs = dict(job.inputs)
-        shape = [1, 1] if self.batching else [1]
-        for control in self.controls:
-            inputs[control.name] = self._control_value(control, request, shape)
-        inputs.update(sequence.state)
-        return inputs
-
-    def _control_value(self, control: Control, request: _Request, shape: list[int]) -> npt.NDArray[Any]:
-        kind = control.kind
-        if kind == _Kind.CONTROL_SEQUENCE_CORRID:
-            corrid = request.sequence.corrid
-            if control.dtype == np.object_:
-                return np.full(shape, str(corrid).encode(), dtype=object)
-            if isinstance(corrid, str):
-                raise InvalidArgument(
-                    f"sequence batching control '{control.name}' of model '{self.name}' expects a numeric "
-                    f"correlation ID, got '{corrid}'"
-                )
-            info = np.iinfo(control.dtype) if control.dtype.kind in "iu" else None
-            if info is not None and not info.min <= corrid <= info.max:
-                raise InvalidArgument(
-                    f"sequence batching control '{control.name}' of model '{self.name}' is of type "
-                    f"{control.dtype}, which cannot hold correlation ID {corrid}"
-                )
-            return np.full(shape, corrid, dtype=control.dtype)
-        if kind == _Kind.CONTROL_SEQUENCE_START:
-            on = bool(request.flags & SEQUENCE_START)
-        elif kind == _Kind.CONTROL_SEQUENCE_END:
-            on = bool(request.flags & SEQUENCE_END)
-        else:  # READY: every row sent holds a request (empty slots are left out, not padded)
-            on = True
-        return np.full(shape, control.false_true[1 if on else 0], dtype=control.dtype)
-
-    def _null_row(self, like: Arrays) -> Arrays:
-        """A padding row for an empty slot, as Triton's null request: the data inputs zeros of a real row's
-        shapes, READY (and START, END) false, CORRID 0, the states their initial values."""
-        row: Arrays = {}
-        for name, array in like.items():
-            row[name] = np.full_like(array, b"") if array.dtype == np.object_ else np.zeros_like(array)
-        shape = [1, 1] if self.batching else [1]
-        for control in self.controls:
-            if control.kind == _Kind.CONTROL_SEQUENCE_CORRID:
-                row[control.name] = np.full(
-                    shape, b"" if control.dtype == np.object_ else 0, dtype=control.dtype
-                )
-            else:
-                row[control.name] = np.full(shape, control.false_true[0], dtype=control.dtype)
-        for state in self.states:
-            row[state.input_name] = state.initial
-        return row
-
-    def _rows(self, runnable: list[_Request]) -> list[int]:
-        """The row of each request: its slot's index with the direct strategy (Triton pads the empty slots
-        below the highest one used with null rows, so that a model keeping state per slot finds each sequence
-        at its slot's row), else its place in the batch."""
-        if self.oldest or not self.batching:
-            return list(range(len(runnable)))
-        return [r.sequence.slot for r in runnable]
-
-    def _launch(self, worker: Worker, batch: list[_Request], lane: _Lane) -> None:
+    def _launch(self, worker: Worker, batch: list[SequenceRequest], lane: Lane) -> None:
         started = time.perf_counter_ns()
-        runnable: list[_Request] = []
+        runnable: list[SequenceRequest] = []
         fed: list[Arrays] = []
         for request in batch:
-            request.sequence.queue.popleft()
+            sequence = request.sequence
+            sequence.queue.popleft()
             self._unqueue(request)
-            request.sequence.running += 1
+            sequence.running += 1
             request.job.timing.queue_ns = started - request.enqueued_ns
+            if request.flags & SEQUENCE_START or not sequence.state:  # its state starts from the initial one
+                sequence.state = {s.input_name: s.initial for s in self.feed.states}
             try:
-                fed.append(self._fed(request))
+                # The request's inputs with the control and state tensors the server feeds.
+                fed.append(self.feed.inputs(request.job.inputs, sequence.corrid, request.flags, sequence.state))
             except InvalidArgument as e:
                 self._done(request, e)
                 continue
@@ -581,14 +361,9 @@ class SequenceBatcher:
         if not runnable:
             self.pool.release(worker)
             return
-        rows = self._rows(runnable)
+        rows, size = self.strategy.rows(runnable, lane)
         by_row = dict(zip(rows, fed, strict=True))
-        size = max(rows) + 1
-        if self.batching and not self.oldest:
-            # Triton's direct strategy pads up to the highest slot holding a sequence, whether or not that
-            # sequence has a request in this batch (waiting for its next one, or of another shape).
-            size = max(size, max(i for i, s in enumerate(lane.slots) if s is not None) + 1)
-        null = self._null_row(fed[0]) if size > len(rows) else {}
+        null = self.feed.null_row(fed[0]) if size > len(rows) else {}
         all_rows = [by_row.get(i, null) for i in range(size)]
         if self.pool.request_level:
             for request, inputs in zip(runnable, fed, strict=True):
@@ -606,7 +381,7 @@ class SequenceBatcher:
         inputs = (
             fed[0] if len(all_rows) == 1 else {n: np.concatenate([row[n] for row in all_rows]) for n in names}
         )
-        wanted = {n for r in runnable for n in r.job.output_names} | {s.output_name for s in self.states}
+        wanted = {n for r in runnable for n in r.job.output_names} | {s.output_name for s in self.feed.states}
         job = Job(inputs, sorted(wanted), len(all_rows))
         input_ns = time.perf_counter_ns() - started
         result: asyncio.Future[Arrays] = asyncio.get_running_loop().create_future()
@@ -614,7 +389,12 @@ class SequenceBatcher:
         self.pool.start(worker, job, result)
 
     def _complete(
-        self, batch: list[_Request], rows: list[int], job: Job, result: asyncio.Future[Arrays], input_ns: int
+        self,
+        batch: list[SequenceRequest],
+        rows: list[int],
+        job: Job,
+        result: asyncio.Future[Arrays],
+        input_ns: int,
     ) -> None:
         started = time.perf_counter_ns()
         error = result.exception()
@@ -623,12 +403,12 @@ class SequenceBatcher:
             answers = [error] * len(batch)
         elif job.batch_size == 1:  # whole outputs: a model without batching has no rows to slice
             outputs = result.result()
-            self._keep_state(batch[0].sequence, outputs, None)
+            self.feed.keep_state(batch[0].sequence.state, outputs, None)
             answers.append({n: outputs[n] for n in batch[0].job.output_names})
         else:
             outputs = result.result()
             for row, request in zip(rows, batch, strict=True):
-                self._keep_state(request.sequence, outputs, row)
+                self.feed.keep_state(request.sequence.state, outputs, row)
                 answers.append({n: outputs[n][row : row + 1] for n in request.job.output_names})
         output_ns = time.perf_counter_ns() - started
         # As Triton: the execution's batch size counts the padding rows, the inference count the requests.
@@ -638,22 +418,9 @@ class SequenceBatcher:
             request.job.timing.infer_ns = job.timing.infer_ns
             self._done(request, answer)
 
-    def _keep_state(self, sequence: _Sequence, outputs: Arrays, row: int | None) -> None:
-        for state in self.states:
-            value = outputs.get(state.output_name)
-            if value is None:
-                continue
-            if row is None:
-                # The model's output is the next input as it is: no copy, however large the state grows
-                # (use_same_buffer_for_input_output, use_growable_memory).
-                sequence.state[state.input_name] = np.asarray(value, dtype=state.initial.dtype)
-            else:
-                # A copy of the row: the batch's output buffer must not stay alive for one row of it.
-                sequence.state[state.input_name] = np.array(value[row : row + 1], dtype=state.initial.dtype)
-
     def _complete_requests(
         self,
-        batch: list[_Request],
+        batch: list[SequenceRequest],
         rows: list[int],
         size: int,
         result: asyncio.Future[JobOutcomes],
@@ -664,34 +431,22 @@ class SequenceBatcher:
         for request, row in zip(batch, rows, strict=True):
             self._done(request, outcomes[row])  # the padding rows' answers are dropped
 
-    def _done(self, request: _Request, answer: Arrays | BaseException) -> None:
+    def _done(self, request: SequenceRequest, answer: Arrays | BaseException) -> None:
         sequence = request.sequence
         sequence.running -= 1
         sequence.last_ns = time.perf_counter_ns()
         if isinstance(answer, Rescheduled) and not request.future.done() and not self._closed:
             self._run_again(request)
             return
-        if self.preserve_ordering:
-            request.answer = answer
-            self._answer_in_order()
+        if self.ordered is not None:
+            self.ordered.deliver(request, answer)
         else:
-            _answer(request, answer)
+            request.resolve(answer)
         if sequence.queue and sequence.lane is not None:
             self._wake(sequence.lane)  # its next request may go now
         self._maybe_release(sequence)
 
-    def _answer_in_order(self) -> None:
-        """Answer the requests at the front of the arrival order that have their answers (or were answered
-        already: failed while queued, or gone)."""
-        while self._in_order:
-            first = self._in_order[0]
-            if first.answer is None and not first.future.done():
-                return
-            self._in_order.popleft()
-            if first.answer is not None:
-                _answer(first, first.answer)
-
-    def _run_again(self, request: _Request) -> None:
+    def _run_again(self, request: SequenceRequest) -> None:
         """A request its model handed back: queued again in its sequence, neither START nor END (Triton)."""
         sequence = request.sequence
         request.flags = 0
@@ -700,9 +455,9 @@ class SequenceBatcher:
         request.enqueued_ns = sequence.last_ns
         sequence.queue.append(request)
         if sequence.lane is None:
-            self._in_backlog += 1
+            self.backlog.requests += 1
         else:
-            self._in_slots += 1
+            self.slots.requests += 1
         self._wake(sequence.lane)
 
     # -- unload ------------------------------------------------------------------------------------------------
@@ -712,89 +467,16 @@ class SequenceBatcher:
         self._closed = True
         error = Unavailable(_UNLOADED.format(self.name))
         # The backlog first, so that no freed slot is handed to a backlogged sequence on the way out.
-        sequences = list(self._backlog) + [
-            s for lane in self._lanes.values() for s in lane.slots if s is not None
-        ]
-        for sequence in sequences:
+        for sequence in self.backlog.waiting() + self.slots.occupied():
             self._cancel(sequence, error)
-        for lane in self._lanes.values():
-            lane.slots = [None] * len(lane.slots)
-            if lane.task is not None:
-                lane.task.cancel()
-            if lane.emptied is not None and not lane.emptied.done():
-                lane.emptied.set_result(None)
-        self._backlog.clear()
+        self.slots.close()
+        self.backlog.clear()
         self._live.clear()
         if self._reaper is not None:
             self._reaper.cancel()
-
-
-class _OrderedSink(ResponseSink):
-    """oldest.preserve_ordering for a decoupled model: what the model sends for one request, passed on to the
-    request's own sink once every request that arrived before it has sent its final response (held till then)."""
-
-    def __init__(self, target: ResponseSink, order: collections.deque[_OrderedSink]) -> None:
-        super().__init__()
-        self.target = target
-        self.order = order
-        self.held: list[tuple[Arrays | None, BaseException | None, bool]] = []
-        order.append(self)
-        target.on_cancel = self._cancel_model  # the caller went away: the model hears of it, as without us
-
-    def _cancel_model(self) -> None:
-        if self.on_cancel is not None:
-            self.on_cancel()
-
-    def put(self, outputs: Arrays | None, error: BaseException | None = None, final: bool = False) -> None:
-        if self.finished:
-            return
-        self.finished = final
-        if self.order and self.order[0] is self:
-            self.target.put(outputs, error, final)
-            if final:
-                self._next()
-        else:
-            self.held.append((outputs, error, final))
-
-    def abandon(self) -> None:
-        """The request failed without its final response: it holds back nobody any more."""
-        self.finished = True
-        self.held.clear()
-        if self.order and self.order[0] is self:
-            self._next()
-
-    def _next(self) -> None:
-        """This request is done: the next ones pass on what they hold, each done one making way for the next."""
-        self.order.popleft()
-        while self.order:
-            front = self.order[0]
-            for outputs, error, final in front.held:
-                front.target.put(outputs, error, final)
-            front.held.clear()
-            if not front.finished:
-                return
-            self.order.popleft()
-
-
-def _answer(request: _Request, answer: Arrays | BaseException) -> None:
-    if request.future.done():  # the caller may have gone away while it ran
-        return
-    if isinstance(answer, BaseException):
-        request.future.set_exception(answer)
-    else:
-        request.future.set_result(answer)
 
 
 async def _wait(event: asyncio.Event, timeout: float | None) -> None:
     event.clear()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(event.wait(), timeout)
-
-
-def _env_count(name: str) -> int:
-    """A test-hook count from the environment (Triton reads it with atoi: junk is 0, which disables it)."""
-    raw = os.environ.get(name, "")
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        return 0

@@ -13,25 +13,25 @@ import numpy as np
 import pytest
 
 import modelhost
-from modelhost.engine.model import LoadedModel
 from modelhost.engine.registry.entries import LoadSettings
 from modelhost.engine.registry.registry import ModelRegistry
+from modelhost.engine.request_checks import RequestChecks
 from modelhost.errors import InvalidArgument
 from modelhost.repository.sources import open_repository
-from modelhost.types import InferenceRequest, Tensor
+from modelhost.types import InferenceRequest, RequestedOutput, Tensor
 
 EXAMPLES = Path(modelhost.__file__).parent / "examples"
 
 
 @pytest.fixture(scope="module")
-def simple(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoadedModel]:
-    """The example `simple`: INPUT0 and INPUT1, INT32 [16], max_batch_size 8."""
+def simple(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RequestChecks]:
+    """The checks of the example `simple`: INPUT0 and INPUT1, INT32 [16], max_batch_size 8."""
     repo = tmp_path_factory.mktemp("repo")
     shutil.copytree(EXAMPLES / "simple", repo / "simple")
     registry = ModelRegistry([open_repository(str(repo))], LoadSettings())
     asyncio.run(registry.start())
     try:
-        yield registry.get("simple")
+        yield registry.get("simple").checks
     finally:
         registry.close()
 
@@ -45,21 +45,21 @@ def _request(*inputs: Tensor) -> InferenceRequest:
     return InferenceRequest("simple", inputs=list(inputs))
 
 
-def _full_checks(model: LoadedModel, request: InferenceRequest) -> tuple[dict[str, object], int]:
+def _full_checks(checks: RequestChecks, request: InferenceRequest) -> tuple[dict[str, object], int]:
     """The checks in Triton's order alone, without the one-pass check."""
-    model._inputs_plain = False
+    checks.plain = False
     try:
-        return model._model_inputs(request)  # type: ignore[return-value]
+        return checks.inputs_of(request)  # type: ignore[return-value]
     finally:
-        model._inputs_plain = True
+        checks.plain = True
 
 
-def test_a_well_formed_request_passes_in_one_pass(simple: LoadedModel) -> None:
-    assert simple._inputs_plain
+def test_a_well_formed_request_passes_in_one_pass(simple: RequestChecks) -> None:
+    assert simple.plain
     for rows in (1, 3, 8):
         request = _request(_tensor("INPUT1", [rows, 16]), _tensor("INPUT0", [rows, 16]))
         assert simple._plain_inputs(request) is not None
-        arrays, batch = simple._model_inputs(request)
+        arrays, batch = simple.inputs_of(request)
         assert batch == rows and list(arrays) == ["INPUT1", "INPUT0"]
         assert all(arrays[t.name] is t.data for t in request.inputs)
         assert (arrays, batch) == _full_checks(simple, request)
@@ -80,12 +80,37 @@ def test_a_well_formed_request_passes_in_one_pass(simple: LoadedModel) -> None:
     ids=["twice", "unknown", "missing", "batches differ", "too large", "type", "shape", "no batch"],
 )
 def test_a_faulty_request_gets_the_error_of_the_full_checks(
-    simple: LoadedModel, inputs: list[Tensor]
+    simple: RequestChecks, inputs: list[Tensor]
 ) -> None:
     request = _request(*inputs)
     assert simple._plain_inputs(request) is None
     with pytest.raises(InvalidArgument) as full:
         _full_checks(simple, request)
     with pytest.raises(InvalidArgument) as error:
-        simple._model_inputs(request)
+        simple.inputs_of(request)
     assert str(error.value) == str(full.value)
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        ([RequestedOutput("NOPE")], "unexpected inference output 'NOPE' for model 'simple'"),
+        (
+            [RequestedOutput("OUTPUT0"), RequestedOutput("OUTPUT0")],
+            "[request id: <id_unknown>] output 'OUTPUT0' is requested more than once",
+        ),
+        (
+            [RequestedOutput("OUTPUT0", classification=-1)],
+            "invalid value for 'classification' parameter of output 'OUTPUT0', expected >= 0",
+        ),
+    ],
+    ids=["unknown", "twice", "classification"],
+)
+def test_requested_outputs_are_checked_in_tritons_words(
+    simple: RequestChecks, outputs: list[RequestedOutput], message: str
+) -> None:
+    assert simple.output_names(InferenceRequest("simple")) == ["OUTPUT0", "OUTPUT1"]  # none asked: all
+    assert simple.output_names(InferenceRequest("simple", outputs=[RequestedOutput("OUTPUT1")])) == ["OUTPUT1"]
+    with pytest.raises(InvalidArgument) as error:
+        simple.output_names(InferenceRequest("simple", outputs=outputs))
+    assert str(error.value) == message
