@@ -15,9 +15,10 @@ import pytest
 from hyperframe.frame import Frame, GoAwayFrame, PingFrame
 
 from frontends.grpc.peer import MemoryTransport, Peer, framed, request_headers, unary
-from modelhost.frontends.grpc import connection
+from modelhost.frontends.grpc import answers
 from modelhost.frontends.grpc.calls import MAX_STATUS_MESSAGE, AbortError
-from modelhost.frontends.grpc.connection import MAX_RESETS_PER_SECOND, GrpcConnection, GrpcLimits
+from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
+from modelhost.frontends.grpc.dispatch import MAX_RESETS_PER_SECOND
 from modelhost.frontends.grpc.methods import Method
 
 OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
@@ -423,7 +424,7 @@ def test_a_client_that_floods_acknowledgements_and_never_reads_is_cut_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """SETTINGS and PINGs are answered by the protocol itself; unread, those answers would pile up for ever."""
-    monkeypatch.setattr(connection, "MAX_UNREAD_BYTES", 64 * 1024)
+    monkeypatch.setattr(answers, "MAX_UNREAD_BYTES", 64 * 1024)
 
     async def test(handlers: Handlers, peer: Peer) -> None:
         peer.server.pause_writing()  # the client's socket is full: it reads nothing
@@ -658,11 +659,11 @@ def test_an_unanswered_keepalive_ping_closes_the_connection() -> None:
 def test_an_answered_keepalive_ping_keeps_the_connection() -> None:
     async def test(handlers: Handlers, peer: Peer) -> None:
         await asyncio.sleep(0.1)  # past the keepalive time: the server has pinged
-        assert peer.server.ping_sent is not None
+        assert peer.server.keepalive.ping_sent is not None
         assert PingFrame.type in frame_types(bytes(peer.transport.written))
         peer.receive()  # a client that reads acknowledges the ping
         await peer.settle()
-        assert peer.server.ping_sent is None and peer.server.ping_deadline is None
+        assert peer.server.keepalive.ping_sent is None and peer.server.keepalive.ping_deadline is None
         assert not peer.transport.closed
         await still_serving(peer)
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelhost.frontends.grpc.http2 import (
+from modelhost.frontends.grpc.http2 import Http2Server
+from modelhost.frontends.grpc.http2_frames import (
     ACK,
     CONTINUATION,
     DATA,
@@ -29,7 +30,6 @@ from modelhost.frontends.grpc.http2 import (
     SETTINGS,
     WINDOW_UPDATE,
     ErrorCode,
-    Http2Server,
     ProtocolError,
     StreamClosed,
     frame,
