@@ -50,3 +50,14 @@ def test_a_method_is_served_under_its_path_only_when_the_servicer_has_it() -> No
     request = method.decode(service_pb2.ServerLiveRequest().SerializeToString())
     response = asyncio.run(method.handler(request, GrpcCall([])))
     assert service_pb2.ServerLiveResponse.FromString(method.encode(response)).live
+
+
+class Memory:
+    async def SharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return service_pb2.CudaSharedMemoryStatusResponse()
+
+
+def test_a_prefix_serves_the_methods_named_with_it_by_the_rest_of_their_names() -> None:
+    table = methods_of(service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], Memory(), prefix="Cuda")
+    assert list(table) == [b"/inference.GRPCInferenceService/CudaSharedMemoryStatus"]
+    assert table[b"/inference.GRPCInferenceService/CudaSharedMemoryStatus"].name == "CudaSharedMemoryStatus"
