@@ -72,6 +72,9 @@ _refusals = RateLimitedLog()
 
 
 class GrpcConnection(CallDispatch):
+    """One client's connection, as the asyncio protocol of its transport: the layers below it joined in one
+    object, so that a call's way from the bytes to its handler and back is direct method calls."""
+
     __slots__ = ("connections", "limits", "timer")
 
     def __init__(
