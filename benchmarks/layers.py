@@ -28,7 +28,10 @@ LAYERS = (
 _MODULES = (
     ("frontends/http/protocol.py", "socket & parsing"),
     ("frontends/grpc/connection.py", "socket & parsing"),
-    ("frontends/grpc/http2.py", "socket & parsing"),
+    ("frontends/grpc/dispatch.py", "socket & parsing"),
+    ("frontends/grpc/answers.py", "socket & parsing"),
+    ("frontends/grpc/keepalive.py", "socket & parsing"),
+    ("frontends/grpc/http2", "socket & parsing"),  # http2.py, http2_streams.py, http2_frames.py
     ("frontends/grpc/hpack_cache.py", "socket & parsing"),
     ("frontends/grpc/server.py", "socket & parsing"),
     ("frontends/http/routes.py", "routing & handlers"),

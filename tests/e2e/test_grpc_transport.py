@@ -1,6 +1,7 @@
 """The gRPC server's HTTP/2 layer through real clients: compression, deadlines, unknown methods, GOAWAY on
 shutdown, and clients that misbehave on the wire (a raw h2 client on a socket). The same cases, in detail and
-without a server, are in tests/frontends/grpc/test_connection.py."""
+without a server, are in tests/frontends/grpc/ (test_dispatch.py, test_answers.py, test_connection.py,
+test_keepalive.py)."""
 
 from __future__ import annotations
 

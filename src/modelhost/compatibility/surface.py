@@ -694,7 +694,7 @@ FEATURES: tuple[Item, ...] = (
         "",
         "grpc.md",
         flag="grpc-keepalive-time",
-        test="tests/frontends/grpc/test_connection.py::test_a_client_that_pings_too_often_is_told_too_many_pings",
+        test="tests/frontends/grpc/test_keepalive.py::test_a_client_that_pings_too_often_is_told_too_many_pings",
     ),
     Item(
         "Restricted APIs (`--http-restricted-api`, `--grpc-restricted-protocol`)",

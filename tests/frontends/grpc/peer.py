@@ -1,20 +1,27 @@
-"""A gRPC connection driven in memory: an h2 client on one side, `GrpcConnection` on the other."""
+"""A gRPC connection driven in memory: an h2 client on one side, `GrpcConnection` on the other; the methods the
+connection tests call, and what reads the frames it wrote."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+from hyperframe.frame import Frame
 
+from modelhost.frontends.grpc.calls import AbortError
 from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
 from modelhost.frontends.grpc.methods import Method
+
+OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
+RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 8, 12, 13, 14
 
 
 class MemoryTransport:
@@ -183,3 +190,103 @@ class Peer:
                 if answer is not None and (answer.ended or answer.reset is not None):
                     return answer
                 await asyncio.sleep(0.005)
+
+
+class Handlers:
+    """Methods under test; `cancelled` counts handlers stopped by a reset or a deadline."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+        self.received: list[bytes] = []
+        self.release = asyncio.Event()
+
+    async def echo(self, request: bytes) -> bytes:
+        return request
+
+    async def slow(self, request: bytes) -> bytes:
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return b"done"
+
+    async def big(self, request: bytes) -> bytes:
+        return b"x" * int(request)
+
+    async def fail(self, request: bytes) -> bytes:
+        raise AbortError(grpc.StatusCode.NOT_FOUND, "no model 'é' at 100%")
+
+    async def bug(self, request: bytes) -> bytes:
+        raise RuntimeError("a bug")
+
+    async def full(self, request: bytes) -> bytes:
+        raise AbortError(grpc.StatusCode.UNAVAILABLE, "Exceeds maximum queue size")
+
+    async def long(self, request: bytes) -> bytes:
+        """A NOT_FOUND naming a 64 KB model name, as the service words it."""
+        raise AbortError(
+            grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{'é' * 32_000}' is not found"
+        )
+
+    async def chat(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        async for request in requests:
+            self.received.append(request)
+            yield request.upper()
+
+    async def deaf(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        """A streaming call that reads nothing until released."""
+        await self.release.wait()
+        async for request in requests:
+            self.received.append(request)
+        yield b"end"
+
+    def methods(self) -> dict[bytes, Method]:
+        table = {
+            f"/t.S/{name.title()}".encode(): unary(getattr(self, name), name)
+            for name in ("echo", "slow", "big", "fail", "bug", "long", "full")
+        }
+        for name in ("chat", "deaf"):
+            table[f"/t.S/{name.title()}".encode()] = Method(name, True, bytes, getattr(self, name), bytes)
+        return table
+
+
+def run(test: Any) -> None:
+    async def body() -> None:
+        handlers = Handlers()
+        await test(handlers, Peer(handlers.methods()))
+
+    asyncio.run(body())
+
+
+async def still_serving(peer: Peer) -> None:
+    answer = await peer.answer(peer.call(b"/t.S/Echo", framed(b"ping")))
+    assert answer.status() == OK and answer.messages() == [b"ping"]
+
+
+def run_with(test: Any, **timeouts: float) -> None:
+    async def body() -> None:
+        handlers = Handlers()
+        await test(handlers, Peer(handlers.methods(), **timeouts))
+
+    asyncio.run(body())
+
+
+def frames(data: bytearray) -> list[Frame]:
+    out = []
+    while data:
+        frame, length = Frame.parse_frame_header(memoryview(data[:9]))
+        frame.parse_body(memoryview(data[9 : 9 + length]))
+        out.append(frame)
+        data = data[9 + length :]
+    return out
+
+
+def frame_types(data: bytes) -> set[int]:
+    """The types of the HTTP/2 frames in `data` (whole frames, from its start)."""
+    types, offset = set(), 0
+    while offset + 9 <= len(data):
+        length = int.from_bytes(data[offset : offset + 3], "big")
+        types.add(data[offset + 3])
+        offset += 9 + length
+    return types

@@ -3,7 +3,6 @@ malformed input a client may send ending in GOAWAY with the right code, never an
 
 from __future__ import annotations
 
-import random
 import struct
 
 import hpack
@@ -11,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelhost.frontends.grpc.http2 import (
+from frontends.grpc.http2_peer import REQUEST, WINDOW, Recorder, block, frames, goaway_code, refused, server
+from modelhost.frontends.grpc.http2 import Http2Server
+from modelhost.frontends.grpc.http2_frames import (
     ACK,
     CONTINUATION,
     DATA,
@@ -29,94 +30,10 @@ from modelhost.frontends.grpc.http2 import (
     SETTINGS,
     WINDOW_UPDATE,
     ErrorCode,
-    Http2Server,
     ProtocolError,
     StreamClosed,
     frame,
 )
-
-WINDOW = 1 << 20
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[object, ...]] = []
-
-    def on_request(self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool) -> None:
-        self.events.append(("request", stream_id, [tuple(h) for h in headers]))
-        if end_stream:
-            self.events.append(("ended-with-headers", stream_id))
-
-    def on_data(self, stream_id: int, data: bytes, size: int) -> None:
-        self.events.append(("data", stream_id, data, size))
-
-    def on_end(self, stream_id: int) -> None:
-        self.events.append(("end", stream_id))
-
-    def on_reset(self, stream_id: int, code: int) -> None:
-        self.events.append(("reset", stream_id, code))
-
-    def on_window_opened(self) -> None:
-        self.events.append(("window",))
-
-    def on_ping(self) -> None:
-        self.events.append(("ping",))
-
-    def on_ping_ack(self, payload: bytes) -> None:
-        self.events.append(("ping-ack", payload))
-
-    def on_goaway(self, code: int) -> None:
-        self.events.append(("goaway", code))
-
-
-def server(max_streams: int = 8) -> tuple[Http2Server, Recorder]:
-    recorder = Recorder()
-    conn = Http2Server(
-        recorder,
-        max_concurrent_streams=max_streams,
-        initial_window=WINDOW,
-        max_frame_size=1 << 16,
-        max_header_list_size=16 * 1024,
-    )
-    conn.initiate()
-    conn.receive(PREFACE + frame(SETTINGS, 0, 0))
-    return conn, recorder
-
-
-def frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
-    """What the server wrote: (type, flags, stream, payload) per frame."""
-    out, pos = [], 0
-    while pos < len(data):
-        length = int.from_bytes(data[pos : pos + 3], "big")
-        ftype, flags = data[pos + 3], data[pos + 4]
-        stream = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-        out.append((ftype, flags, stream, data[pos + 9 : pos + 9 + length]))
-        pos += 9 + length
-    assert pos == len(data)
-    return out
-
-
-def goaway_code(conn: Http2Server) -> int:
-    written = frames(conn.data_to_send())
-    codes = [struct.unpack(">LL", p[:8])[1] for t, _, _, p in written if t == GOAWAY]
-    assert len(codes) == 1, written
-    return codes[0]
-
-
-def refused(conn: Http2Server, data: bytes, code: ErrorCode) -> None:
-    with pytest.raises(ProtocolError) as raised:
-        conn.receive(data)
-    assert raised.value.code == code
-    assert goaway_code(conn) == code
-    conn.receive(frame(PING, 0, 0, b"12345678"))  # nothing more is parsed or answered
-    assert conn.data_to_send() == b""
-
-
-REQUEST = [(b":method", b"POST"), (b":path", b"/t.S/M"), (b"content-type", b"application/grpc")]
-
-
-def block(headers: list[tuple[bytes, bytes]] = REQUEST) -> bytes:
-    return bytes(hpack.Encoder().encode(headers))
 
 
 def test_preface_settings_and_their_acknowledgement() -> None:
@@ -167,61 +84,6 @@ def test_continuations_padding_and_priority() -> None:
     conn.receive(frame(DATA, PADDED | END_STREAM, 1, bytes([4]) + b"abc" + bytes(4)))
     assert recorder.events[0] == ("request", 1, [*REQUEST, (b"x-meta", b"v" * 300)])
     assert recorder.events[1:] == [("data", 1, b"abc", 8), ("end", 1)]
-
-
-def test_an_answer_with_flow_control() -> None:
-    conn, recorder = server()
-    conn.receive(frame(HEADERS, END_HEADERS | END_STREAM, 1, block()))
-    conn.data_to_send()
-    assert conn.window(1) == 65_535  # the client's default windows
-    conn.send_headers(1, [(b":status", b"200")])
-    conn.send_data(1, b"x" * 16_384)
-    with pytest.raises(ValueError):
-        conn.send_data(1, b"x" * 16_385)  # past the client's frame size
-    assert conn.window(1) == 65_535 - 16_384
-    # The client's SETTINGS move its streams' windows; WINDOW_UPDATEs open them.
-    conn.receive(frame(SETTINGS, 0, 0, struct.pack(">HL", 4, 100_000) + struct.pack(">HL", 5, 32_768)))
-    assert conn.max_outbound_frame_size == 32_768
-    assert conn.window(1) == 65_535 - 16_384  # the connection's window is the smaller now
-    conn.receive(frame(WINDOW_UPDATE, 0, 0, (50_000).to_bytes(4, "big")))
-    assert conn.window(1) == 100_000 - 16_384
-    assert recorder.events[-2:] == [("window",), ("window",)]
-    conn.send_headers(1, [(b"grpc-status", b"0")], end_stream=True)
-    with pytest.raises(StreamClosed):  # ended by both sides: closed and forgotten
-        conn.window(1)
-    assert conn.streams == {}
-    written = frames(conn.data_to_send())
-    assert [(t, f) for t, f, _, _ in written] == [
-        (HEADERS, END_HEADERS),
-        (DATA, 0),
-        (SETTINGS, ACK),
-        (HEADERS, END_HEADERS | END_STREAM),
-    ]
-    decoder = hpack.Decoder()
-    assert decoder.decode(written[0][3], raw=True) == [(b":status", b"200")]
-    assert decoder.decode(written[3][3], raw=True) == [(b"grpc-status", b"0")]
-
-
-def test_a_header_block_larger_than_the_clients_frames_is_continued() -> None:
-    conn, _ = server()
-    conn.receive(frame(HEADERS, END_HEADERS | END_STREAM, 1, block()))
-    conn.data_to_send()
-    headers = [
-        (b":status", b"200"),
-        (b"grpc-message", bytes(random.Random(1).randbytes(20_000).hex(), "ascii")),
-    ]
-    conn.send_headers(1, headers, end_stream=True)
-    written = frames(conn.data_to_send())
-    assert len(written) >= 2 and all(len(p) <= 16_384 for *_, p in written)
-    assert [(t, f) for t, f, _, _ in written] == [
-        (HEADERS, END_STREAM),
-        *[(CONTINUATION, 0)] * (len(written) - 2),
-        (CONTINUATION, END_HEADERS),
-    ]
-    assert (
-        hpack.Decoder(max_header_list_size=1 << 20).decode(b"".join(p for *_, p in written), raw=True)
-        == headers
-    )
 
 
 def test_the_clients_table_size_is_capped_and_a_flood_of_changes_stays_two() -> None:

@@ -24,11 +24,18 @@ class Method:
     encode: Callable[[Any], bytes]
 
 
-def methods_of(service: _descriptor.ServiceDescriptor, servicer: object) -> dict[bytes, Method]:
-    """`/package.Service/Method` -> Method for each method `servicer` implements (the others are unknown)."""
+def methods_of(
+    service: _descriptor.ServiceDescriptor, servicer: object, prefix: str = ""
+) -> dict[bytes, Method]:
+    """`/package.Service/Method` -> Method for each method `servicer` implements (the others are unknown).
+
+    `prefix`: only the methods whose names start with it, each answered by the servicer's method named for the
+    rest (`SharedMemoryStatus` serves `CudaSharedMemoryStatus` under the prefix "Cuda")."""
     table: dict[bytes, Method] = {}
     for method in service.methods:
-        handler = getattr(servicer, method.name, None)
+        if not method.name.startswith(prefix):
+            continue
+        handler = getattr(servicer, method.name[len(prefix) :], None)
         if handler is None:
             continue
         if method.client_streaming and not method.server_streaming:

@@ -13,11 +13,11 @@ import grpc
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
-from modelhost.engine_api import EngineAPI
+from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, EngineAPI
 from modelhost.frontends.grpc.calls import AbortError
 from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
 from modelhost.frontends.grpc.methods import Method, methods_of
-from modelhost.frontends.grpc.service import GrpcService, HealthService
+from modelhost.frontends.grpc.service import GrpcService, HealthService, SharedMemoryService
 from modelhost.frontends.restrictions import Restrictions, refusal
 from modelhost.options import ServerOptions
 
@@ -146,13 +146,12 @@ class GrpcServer:
     ) -> None:
         """`header_forward_pattern`: --grpc-header-forward-pattern ("" forwards no metadata)."""
         self.health = HealthService(engine)
-        self.methods: dict[bytes, Method] = {
-            **methods_of(
-                service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"],
-                GrpcService(engine, header_forward_pattern),
-            ),
-            **methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], self.health),
-        }
+        inference = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+        self.methods: dict[bytes, Method] = methods_of(inference, GrpcService(engine, header_forward_pattern))
+        for kind in (SYSTEM_SHM, CUDA_SHM):
+            shared_memory = SharedMemoryService(engine, kind)
+            self.methods.update(methods_of(inference, shared_memory, prefix=shared_memory.prefix))
+        self.methods.update(methods_of(health_pb2.DESCRIPTOR.services_by_name["Health"], self.health))
         delay_s, process_delay_s = _debug_response_delay(), _debug_process_delay()
         if delay_s or process_delay_s:
             self.methods = {path: _delayed(m, delay_s, process_delay_s) for path, m in self.methods.items()}

@@ -286,45 +286,6 @@ class GrpcService:
             self.engine.sent(core, send_started, last=False)
         return answer
 
-    async def _shm_status(self, kind: ShmKind, name: str, response_type: Any) -> Any:
-        """The regions of `kind` (or the one named) as a status response of `response_type`."""
-        response = response_type()
-        for region in await self.engine.shared_memory_status(kind, name):
-            response.regions[region["name"]].CopyFrom(response_type.RegionStatus(**region))
-        return response
-
-    @_answered(lambda request: "system shared memory status")
-    async def SystemSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
-        return await self._shm_status(SYSTEM_SHM, request.name, service_pb2.SystemSharedMemoryStatusResponse)
-
-    @_answered(lambda request: f"registration of shared memory region '{request.name}'")
-    async def SystemSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
-        await self.engine.register_system_shared_memory(
-            request.name, request.key, request.offset, request.byte_size
-        )
-        return service_pb2.SystemSharedMemoryRegisterResponse()
-
-    @_answered(lambda request: f"unregistration of shared memory region '{request.name or '*'}'")
-    async def SystemSharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
-        await self.engine.unregister_shared_memory(SYSTEM_SHM, request.name)
-        return service_pb2.SystemSharedMemoryUnregisterResponse()
-
-    @_answered(lambda request: "CUDA shared memory status")
-    async def CudaSharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
-        return await self._shm_status(CUDA_SHM, request.name, service_pb2.CudaSharedMemoryStatusResponse)
-
-    @_answered(lambda request: f"registration of CUDA shared memory region '{request.name}'")
-    async def CudaSharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
-        await self.engine.register_cuda_shared_memory(
-            request.name, request.raw_handle, request.device_id, request.byte_size
-        )
-        return service_pb2.CudaSharedMemoryRegisterResponse()
-
-    @_answered(lambda request: f"unregistration of CUDA shared memory region '{request.name or '*'}'")
-    async def CudaSharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
-        await self.engine.unregister_shared_memory(CUDA_SHM, request.name)
-        return service_pb2.CudaSharedMemoryUnregisterResponse()
-
     @_answered(lambda request: "trace settings")
     async def TraceSetting(self, request: Any, context: GrpcCall) -> Any:
         changes: dict[str, Any] | None = None
@@ -343,6 +304,68 @@ class GrpcService:
         for key, value in settings.items():
             response.settings[key].value.extend(value if isinstance(value, list) else [value])
         return response
+
+
+# The response messages of each kind's shared-memory RPCs: status, register, unregister.
+_SHM_RESPONSES = {
+    SYSTEM_SHM: (
+        service_pb2.SystemSharedMemoryStatusResponse,
+        service_pb2.SystemSharedMemoryRegisterResponse,
+        service_pb2.SystemSharedMemoryUnregisterResponse,
+    ),
+    CUDA_SHM: (
+        service_pb2.CudaSharedMemoryStatusResponse,
+        service_pb2.CudaSharedMemoryRegisterResponse,
+        service_pb2.CudaSharedMemoryUnregisterResponse,
+    ),
+}
+
+
+class SharedMemoryService:
+    """The shared-memory RPCs of one kind of region, served under its prefix (`SystemSharedMemoryStatus`,
+    `CudaSharedMemoryStatus`, ...): the system and CUDA ones alike but for the fields that register a region."""
+
+    def __init__(self, engine: EngineAPI, kind: ShmKind) -> None:
+        self.engine = engine
+        self.kind = kind
+        cuda = kind == CUDA_SHM
+        self.prefix = "Cuda" if cuda else "System"
+        # How log lines name the memory and its regions.
+        self.memory = "CUDA shared memory" if cuda else "system shared memory"
+        self.region = "CUDA shared memory region" if cuda else "shared memory region"
+        self.status_response, self.register_response, self.unregister_response = _SHM_RESPONSES[kind]
+
+    async def SharedMemoryStatus(self, request: Any, context: GrpcCall) -> Any:
+        """The regions (or the one named) as a status response."""
+        response_type = self.status_response
+        response = response_type()
+        try:
+            for region in await self.engine.shared_memory_status(self.kind, request.name):
+                response.regions[region["name"]].CopyFrom(response_type.RegionStatus(**region))
+        except ModelhostError as e:
+            await _fail(context, f"{self.memory} status", e)
+        return response
+
+    async def SharedMemoryRegister(self, request: Any, context: GrpcCall) -> Any:
+        try:
+            if self.kind == CUDA_SHM:
+                await self.engine.register_cuda_shared_memory(
+                    request.name, request.raw_handle, request.device_id, request.byte_size
+                )
+            else:
+                await self.engine.register_system_shared_memory(
+                    request.name, request.key, request.offset, request.byte_size
+                )
+        except ModelhostError as e:
+            await _fail(context, f"registration of {self.region} '{request.name}'", e)
+        return self.register_response()
+
+    async def SharedMemoryUnregister(self, request: Any, context: GrpcCall) -> Any:
+        try:
+            await self.engine.unregister_shared_memory(self.kind, request.name)
+        except ModelhostError as e:
+            await _fail(context, f"unregistration of {self.region} '{request.name or '*'}'", e)
+        return self.unregister_response()
 
 
 class HealthService:
