@@ -20,8 +20,8 @@ import pytest
 from modelhost.backends.tensorrt.convert import build_parser as convert_parser
 from modelhost.cli.docs import flags_markdown
 from modelhost.cli.flags import FLAGS_BY_NAME, Status
-from modelhost.cli.main import serve_parser
 from modelhost.cli.ray import serve_parser as ray_serve_parser
+from modelhost.cli.serve_args import serve_parser
 from modelhost.compatibility.page import EVERY_METRIC, metric_items
 from modelhost.compatibility.surface import State
 from modelhost.frontends.http import routes

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from modelhost.cli import sagemaker as sagemaker_entry
+from modelhost.cli.errors import CliError
 from modelhost.cli.flags import FLAGS_BY_NAME, Status
-from modelhost.cli.main import CliError, parse_serve_args
 from modelhost.cli.sagemaker import (
     SageMakerEntryError,
     SageMakerLaunch,
@@ -17,6 +17,7 @@ from modelhost.cli.sagemaker import (
     main,
     sagemaker_launch,
 )
+from modelhost.cli.serve_args import parse_serve_args
 
 # The flags another change makes honoured; until then modelhost serve refuses them.
 SAGEMAKER_FLAGS = ("allow-sagemaker", "sagemaker-port", "sagemaker-safe-port-range")

@@ -111,3 +111,30 @@ def test_no_version_directory_is_an_error(tmp_path: Path) -> None:
     model_dir.mkdir()
     with pytest.raises(ModelConfigError, match="'empty'"):
         _fill(model_dir)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        # The backends of one model file: named by any of the three fields, the others completed.
+        ({"default_model_filename": "model.plan"}, ("tensorrt_plan", "tensorrt", "model.plan")),
+        ({"backend": "openvino"}, ("", "openvino", "model.xml")),
+        ({"default_model_filename": "model.xml"}, ("", "openvino", "model.xml")),
+        ({"default_model_filename": "model.py"}, ("", "python", "model.py")),
+        ({"backend": "python", "default_model_filename": "other.py"}, ("", "python", "other.py")),
+        # A platform of no backend here names none of them: left for validation.
+        ({"platform": "custom_platform"}, ("custom_platform", "", "")),
+    ],
+)
+def test_one_file_backends_from_config(
+    tmp_path: Path, given: dict[str, str], expected: tuple[str, str, str]
+) -> None:
+    model_dir = _model(tmp_path, "m", {"model.onnx": "file"})
+    assert _fields(_fill(model_dir, **given)) == expected
+
+
+def test_a_model_file_may_be_a_directory_unless_its_backend_wants_a_file(tmp_path: Path) -> None:
+    assert _fields(_fill(_model(tmp_path, "xml", {"model.xml": "dir"})))[1] == "openvino"
+    assert _fields(_fill(_model(tmp_path, "py", {"model.py": "dir"})))[1] == "python"
+    with pytest.raises(ModelConfigError, match="Could not determine backend for model 'plan'"):
+        _fill(_model(tmp_path, "plan", {"model.plan": "dir"}))

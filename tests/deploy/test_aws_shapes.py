@@ -44,8 +44,8 @@ import yaml
 from deploy.promql_eval import parse_scrape
 from deploy.slow_load import add_sleeping_slow, closed_loop_load
 from e2e.server_process import free_ports
-from modelhost.cli.main import parse_serve_args
 from modelhost.cli.sagemaker import MULTI_MODEL_DIR, sagemaker_launch
+from modelhost.cli.serve_args import parse_serve_args
 from s3_server import aws_test_env, moto_server, s3_client, upload_directory
 
 ROOT = Path(__file__).resolve().parents[2]

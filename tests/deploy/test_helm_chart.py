@@ -22,7 +22,7 @@ from deploy.helm_chart import (
     render,
 )
 from deploy.kube_schemas import validate_manifest
-from modelhost.cli.main import parse_serve_args
+from modelhost.cli.serve_args import parse_serve_args
 
 CASES = [None, *VALUES_FILES]
 IDS = ["defaults", *(p.name.removesuffix("-values.yaml") for p in VALUES_FILES)]

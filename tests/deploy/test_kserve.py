@@ -30,7 +30,7 @@ from e2e.clients import Api
 from e2e.models import copy_examples
 from e2e.server_process import RunningServer, free_ports
 from modelhost.backends import registry
-from modelhost.cli.main import parse_serve_args
+from modelhost.cli.serve_args import parse_serve_args
 
 ROOT = Path(__file__).resolve().parents[2]
 KSERVE_DIR = ROOT / "deploy" / "kserve"

@@ -15,7 +15,8 @@ from google.protobuf import text_format
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelhost.cli.main import CliError, parse_serve_args
+from modelhost.cli.errors import CliError
+from modelhost.cli.serve_args import parse_serve_args
 from modelhost.frontends.metrics import family_names, model_labels, render
 from modelhost.observability import stats as stats_module
 from modelhost.observability.cpu_metrics import CpuMetrics, read_cpu_times, read_memory

@@ -12,13 +12,18 @@ one of those files, which gives the same answer whenever Triton finds one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.config import constants as c
 from modelhost.errors import ModelConfigError
 from modelhost.repository.layout import version_directories
+
+FileKind = Literal["file", "dir", "any"]
 
 # Every file name whose presence in a version directory can decide the backend.
 _KNOWN_MODEL_FILES = (
@@ -41,13 +46,48 @@ def inspected_version_dir(model_dir: Path) -> Path | None:
     return None
 
 
-def _in_version(config: ModelConfig, vdir: Path | None, filename: str, kind: str = "any") -> bool:
+def _in_version(config: ModelConfig, vdir: Path | None, filename: str, kind: FileKind = "any") -> bool:
     """Whether the files decide for `filename`: the config gives neither platform nor default_model_filename,
     and the inspected version directory holds `filename` as a `kind` ("file", "dir" or "any")."""
     if vdir is None or config.platform or config.default_model_filename:
         return False
     path = vdir / filename
     return {"file": path.is_file, "dir": path.is_dir, "any": path.exists}[kind]()
+
+
+@dataclass(frozen=True, slots=True)
+class _OneFileBackend:
+    """A backend decided by its one model file: named by the config (backend, platform or
+    default_model_filename) or found in the inspected version directory. It then completes the fields the config
+    leaves empty."""
+
+    backend: str
+    filename: str
+    kind: FileKind = "any"  # what `filename` must be in the version directory
+    platform: str = ""  # its one platform; "" for a backend that has none
+
+    def fill(self, config: ModelConfig, vdir: Path | None) -> bool:
+        if not config.backend and (
+            (self.platform and config.platform == self.platform)
+            or config.default_model_filename == self.filename
+            or _in_version(config, vdir, self.filename, self.kind)
+        ):
+            config.backend = self.backend
+        if config.backend != self.backend:
+            return False
+        config.platform = config.platform or self.platform
+        config.default_model_filename = config.default_model_filename or self.filename
+        return True
+
+
+_TENSORRT = _OneFileBackend(c.TENSORRT_BACKEND, c.TENSORRT_FILENAME, "file", c.TENSORRT_PLATFORM)
+# model.onnx may be a file or a directory (a large model with external data).
+_ONNXRUNTIME = _OneFileBackend(c.ONNXRUNTIME_BACKEND, c.ONNXRUNTIME_FILENAME, "any", c.ONNXRUNTIME_PLATFORM)
+_OPENVINO = _OneFileBackend(c.OPENVINO_BACKEND, c.OPENVINO_FILENAME)
+_PYTHON = _OneFileBackend(c.PYTHON_BACKEND, c.PYTHON_FILENAME)
+
+
+# The backends with two platforms, each with its own model file.
 
 
 def _fill_tensorflow(config: ModelConfig, vdir: Path | None) -> bool:
@@ -70,46 +110,6 @@ def _fill_tensorflow(config: ModelConfig, vdir: Path | None) -> bool:
         config.default_model_filename = (
             c.TENSORFLOW_SAVEDMODEL_FILENAME if saved else c.TENSORFLOW_GRAPHDEF_FILENAME
         )
-    return True
-
-
-def _fill_tensorrt(config: ModelConfig, vdir: Path | None) -> bool:
-    if not config.backend and (
-        config.platform == c.TENSORRT_PLATFORM
-        or config.default_model_filename == c.TENSORRT_FILENAME
-        or _in_version(config, vdir, c.TENSORRT_FILENAME, "file")
-    ):
-        config.backend = c.TENSORRT_BACKEND
-    if config.backend != c.TENSORRT_BACKEND:
-        return False
-    config.platform = config.platform or c.TENSORRT_PLATFORM
-    config.default_model_filename = config.default_model_filename or c.TENSORRT_FILENAME
-    return True
-
-
-def _fill_onnxruntime(config: ModelConfig, vdir: Path | None) -> bool:
-    # model.onnx may be a file or a directory (a large model with external data).
-    if not config.backend and (
-        config.platform == c.ONNXRUNTIME_PLATFORM
-        or config.default_model_filename == c.ONNXRUNTIME_FILENAME
-        or _in_version(config, vdir, c.ONNXRUNTIME_FILENAME)
-    ):
-        config.backend = c.ONNXRUNTIME_BACKEND
-    if config.backend != c.ONNXRUNTIME_BACKEND:
-        return False
-    config.platform = config.platform or c.ONNXRUNTIME_PLATFORM
-    config.default_model_filename = config.default_model_filename or c.ONNXRUNTIME_FILENAME
-    return True
-
-
-def _fill_openvino(config: ModelConfig, vdir: Path | None) -> bool:
-    if not config.backend and (
-        config.default_model_filename == c.OPENVINO_FILENAME or _in_version(config, vdir, c.OPENVINO_FILENAME)
-    ):
-        config.backend = c.OPENVINO_BACKEND
-    if config.backend != c.OPENVINO_BACKEND:
-        return False
-    config.default_model_filename = config.default_model_filename or c.OPENVINO_FILENAME
     return True
 
 
@@ -140,28 +140,21 @@ def _fill_pytorch(config: ModelConfig, vdir: Path | None) -> bool:
     return True
 
 
-def _fill_python(config: ModelConfig, vdir: Path | None) -> bool:
-    if not config.backend and (
-        config.default_model_filename == c.PYTHON_FILENAME or _in_version(config, vdir, c.PYTHON_FILENAME)
-    ):
-        config.backend = c.PYTHON_BACKEND
-    if config.backend != c.PYTHON_BACKEND:
-        return False
-    config.default_model_filename = config.default_model_filename or c.PYTHON_FILENAME
-    return True
+# In Triton's order. TensorFlow and PyTorch choose between two platforms (and files) each, by their own rules.
+_FILLS: tuple[Callable[[ModelConfig, Path | None], bool], ...] = (
+    _fill_tensorflow,
+    _TENSORRT.fill,
+    _ONNXRUNTIME.fill,
+    _OPENVINO.fill,
+    _fill_pytorch,
+    _PYTHON.fill,
+)
 
 
 def fill_backend_fields(config: ModelConfig, model_name: str, model_dir: Path) -> None:
     """Complete platform/backend/default_model_filename in place, as Triton's core does for every model."""
     vdir = inspected_version_dir(model_dir)
-    for fill in (
-        _fill_tensorflow,
-        _fill_tensorrt,
-        _fill_onnxruntime,
-        _fill_openvino,
-        _fill_pytorch,
-        _fill_python,
-    ):
+    for fill in _FILLS:
         if fill(config, vdir):
             return
     if config.backend or config.platform or config.default_model_filename:

@@ -1,56 +1,41 @@
 """`modelhost perf`: perf_analyzer's job (throughput and latency of a model on a Triton-compatible server).
 
-See docs/perf.md. The parts: options (the command line), client (metadata, config, statistics), inputs (the
-tensors), bodies (prebuilt requests), worker (load-generator processes), measure (windows, stability, sweep),
-report (text, CSV, profile export), plot (HTML and PNG).
+See docs/perf.md. The parts: options (the command line), command (main()'s frame, shared with tune), client
+(metadata, config, statistics), inputs (the tensors), bodies (prebuilt requests), specs (each load-generator
+process's requests), worker (the load-generator processes: sequences, recorder, worker_base, http_load,
+grpc_load), measure (windows, stability, sweep), report (text, CSV, profile export), plot (HTML and PNG).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from modelhost.perf.client import PerfError
+from modelhost.perf.command import run_command
 
 if TYPE_CHECKING:
-    from modelhost.perf.client import ModelInfo
-    from modelhost.perf.inputs import Entry, InputData
     from modelhost.perf.options import PerfOptions
     from modelhost.perf.shm import ShmRefs
-    from modelhost.perf.worker import WorkerSpec
-
-ERROR = 1  # a run that failed: dead server, unknown model, failed requests
 
 
 def main(argv: Sequence[str]) -> int:
-    """`modelhost perf ARGV`; bad flags exit with argparse's code 2 and message."""
+    """`modelhost perf ARGV`; bad flags exit with argparse's code 2 and message, a failed run (dead server, unknown
+    model, failed requests) with 1, Ctrl-C with 130."""
     from modelhost.perf.options import parse_args
 
-    try:
-        options = parse_args(argv)
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 0
-    try:
-        return _run(options)
-    except PerfError as error:
-        sys.stdout.flush()
-        print(f"modelhost perf: error: {error}", file=sys.stderr)
-        return ERROR
-    except KeyboardInterrupt:
-        return 130
+    return run_command("modelhost perf", argv, parse_args, _run, PerfError)
 
 
-def _run(options: object) -> int:
+def _run(options: PerfOptions) -> int:
     from modelhost.perf import client, inputs, measure, report
-    from modelhost.perf.options import PerfOptions
     from modelhost.perf.progress import Progress
     from modelhost.perf.shm import SystemShm, layout
+    from modelhost.perf.specs import worker_spec
 
-    assert isinstance(options, PerfOptions)
     control = client.control_client(options)
     try:
         info = control.model_info()
@@ -114,53 +99,3 @@ def _check_sequence_ids(options: PerfOptions, processes: int) -> None:
             f"--sequence-id-range {first}:{end} holds {end - first} sequence ids: too few for concurrency "
             f"{most} over {processes} process(es), which needs {per_process * processes}"
         )
-
-
-def worker_spec(
-    options: PerfOptions, info: ModelInfo, data: InputData, index: int, count: int, shm: ShmRefs | None
-) -> WorkerSpec:
-    """The prebuilt requests of load-generator process `index` (its shared-memory regions, its sequence ids)."""
-    from modelhost.perf import bodies, client
-    from modelhost.perf.worker import SequenceSpec, WorkerSpec
-
-    flag_sets = ((False, False), (False, True), (True, False), (True, True))  # index start * 2 + end
-    entries = data.entries
-    firsts = [sum(len(s) for s in data.streams[:i]) for i in range(len(data.streams))]
-    empty_final = options.streaming and info.decoupled
-    if options.protocol == "http":
-        host, port = client.split_url(options.url, 8000)
-        target = f"{host}:{port}"
-
-        def build(entry: Entry, i: int, flags: bodies.Flags) -> tuple[bytes, int]:
-            return bodies.http_template(entry, options, info, target, shm, i, flags)
-
-        method = ""
-    else:
-        host, port = client.split_url(options.url, 8001)
-
-        def build(entry: Entry, i: int, flags: bodies.Flags) -> tuple[bytes, int]:
-            return bodies.grpc_request(entry, info, shm, i, flags, empty_final), -1
-
-        method = bodies.GRPC_STREAM_METHOD if options.streaming else bodies.GRPC_INFER_METHOD
-    sequence = None
-    if info.sequence:
-        templates = [
-            [[build(entry, firsts[s] + j, flags) for flags in flag_sets] for j, entry in enumerate(stream)]
-            for s, stream in enumerate(data.streams)
-        ]
-        first_id, end_id = options.sequence_id_range
-        sequence = SequenceSpec(
-            templates, options.sequence_length, options.sequence_length_variation, first_id, end_id
-        )
-    return WorkerSpec(
-        options.protocol,
-        host,
-        port,
-        [build(entry, i, None)[0] for i, entry in enumerate(entries)],
-        method,
-        sequence=sequence,
-        streaming=options.streaming,
-        decoupled=info.decoupled,
-        process_index=index,
-        process_count=count,
-    )

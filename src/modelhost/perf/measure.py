@@ -24,7 +24,8 @@ import numpy as np
 
 from modelhost.perf.client import ControlClient, PerfError, ServerStats
 from modelhost.perf.options import PerfOptions
-from modelhost.perf.worker import WorkerSpec, worker_main
+from modelhost.perf.specs import WorkerSpec
+from modelhost.perf.worker import worker_main
 
 STABILITY_WINDOWS = 3
 

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from modelhost.perf.command import non_negative_float, positive_int
+
 Protocol = Literal["http", "grpc"]
 TensorFormat = Literal["binary", "json"]
 
@@ -101,26 +103,6 @@ class PerfOptions:
 
 class _Parser(argparse.ArgumentParser):
     pass
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if value < 0 or math.isnan(value):
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
 
 
 def parse_range(text: str, integer: bool) -> Range:
@@ -221,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-p", "--measurement-interval", dest="interval_ms", type=positive_int, default=5000, metavar="MS"
     )
     p.add_argument(
-        "-s", "--stability-percentage", dest="stability_pct", type=_nonneg_float, default=10.0, metavar="PCT"
+        "-s", "--stability-percentage", dest="stability_pct", type=non_negative_float, default=10.0, metavar="PCT"
     )
     p.add_argument("-r", "--max-trials", dest="max_trials", type=positive_int, default=10)
     p.add_argument(
@@ -234,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-l",
         "--latency-threshold",
         dest="latency_threshold_ms",
-        type=_nonneg_float,
+        type=non_negative_float,
         default=0.0,
         metavar="MS",
         help="stop the sweep once the latency exceeds this (0 = no threshold)",
@@ -251,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sequence-length", type=positive_int, default=20, help="requests per sequence")
     p.add_argument(
         "--sequence-length-variation",
-        type=_nonneg_float,
+        type=non_negative_float,
         default=20.0,
         metavar="PCT",
         help="sequence lengths vary within +/- this percentage of --sequence-length (20)",

@@ -3,35 +3,38 @@
 See docs/tune.md. The parts: options (the command line), space (what varies, and the config a variant makes),
 target (the server measured), measure (perf's load engine, in process), session (points within the time limit,
 checkpointed), search (quick and brute), goal (constraints, objective, Pareto front), results (config, diff,
-CSV), report (HTML), plots (PNG), progress (the live line), run (all of them in order).
+CSV), report (HTML: figure_data, what it and the PNGs show; svg_plots, its plots), plots (PNG), progress (the
+live line), run (all of them in order).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from modelhost.perf.command import run_command
 from modelhost.tune.target import TuneError
 
-ERROR = 1  # the run failed, or no configuration met the constraints
-INTERRUPTED = 130
+if TYPE_CHECKING:
+    from modelhost.tune.options import TuneOptions
 
 
 def main(argv: Sequence[str]) -> int:
+    """`modelhost tune ARGV`; bad flags exit with argparse's code 2 and message, a failed run (or one where no
+    configuration met the constraints) with 1, Ctrl-C with 130 (after writing what was measured)."""
     from modelhost.tune.options import parse_args
 
-    try:
-        options = parse_args(argv)
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 0
-    try:
-        from modelhost.tune.run import run
+    return run_command(
+        "modelhost tune",
+        argv,
+        parse_args,
+        _run,
+        TuneError,
+        interrupted="interrupted; --resume continues from the last measurement",
+    )
 
-        return run(options)
-    except TuneError as error:
-        sys.stdout.flush()
-        print(f"modelhost tune: error: {error}", file=sys.stderr)
-        return ERROR
-    except KeyboardInterrupt:
-        print("modelhost tune: interrupted; --resume continues from the last measurement", file=sys.stderr)
-        return INTERRUPTED
+
+def _run(options: TuneOptions) -> int:
+    from modelhost.tune.run import run
+
+    return run(options)

@@ -11,11 +11,11 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from modelhost.perf import worker_spec
 from modelhost.perf.client import ControlClient, ModelInfo, PerfError, control_client
 from modelhost.perf.inputs import build_input_data
 from modelhost.perf.measure import STABILITY_WINDOWS, Profiler, StepResult, Window, WorkerPool
 from modelhost.perf.options import PerfOptions, Range
+from modelhost.perf.specs import worker_spec
 from modelhost.tune.point import Point
 from modelhost.tune.resources import Usage, UsageMeter
 from modelhost.tune.target import Target

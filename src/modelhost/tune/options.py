@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from modelhost.perf.options import positive_int
+from modelhost.perf.command import positive_float, positive_int
 from modelhost.tune.prices import parse_price
 from modelhost.tune.space import MAX_CONCURRENCY, MAX_INSTANCE_COUNT, MAX_MODEL_BATCH_SIZE
 
@@ -60,16 +59,6 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
-
-
 def _price(text: str) -> tuple[float, str]:
     try:
         return parse_price(text)
@@ -97,11 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the metrics endpoint of the --url server (default: its host, port 8002, /metrics)",
     )
     p.add_argument(
-        "--latency-budget-ms", type=_positive_float, metavar="P99", help="the highest p99 latency to accept"
+        "--latency-budget-ms", type=positive_float, metavar="P99", help="the highest p99 latency to accept"
     )
     p.add_argument(
         "--min-throughput",
-        type=_positive_float,
+        type=positive_float,
         metavar="R",
         help="the lowest throughput (infer/sec) to accept",
     )
@@ -150,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--stability-percentage",
-        type=_positive_float,
+        type=positive_float,
         default=10.0,
         help="the last three windows agree within this percentage (default 10)",
     )

@@ -7,8 +7,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from modelhost.tune.goal import pareto_front
-from modelhost.tune.report import (
+from modelhost.tune.figure_data import (
     BREAKDOWN_COUNT,
     LEGEND_ROWS,
     PARETO_COLOUR,
@@ -17,6 +16,7 @@ from modelhost.tune.report import (
     colours,
     name_of,
 )
+from modelhost.tune.goal import pareto_front
 from modelhost.tune.results import Results
 
 THROUGHPUT_FILENAME = "throughput_vs_p99.png"

@@ -12,7 +12,8 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.backends.api import Arrays, Job, JobOutcomes
-from modelhost.cli.main import main, parse_serve_args
+from modelhost.cli.main import main
+from modelhost.cli.serve_args import parse_serve_args
 from modelhost.config import parse_config_text
 from modelhost.engine.scheduling.dynamic_batcher import DynamicBatcher
 from modelhost.engine.scheduling.instances import InstancePool
