@@ -83,7 +83,9 @@ def probe_grpc(address: str, port: int) -> bool:
 def healthy(command: list[str]) -> bool:
     if command[0] == "sagemaker":
         return probe_http("", int(os.environ.get("SAGEMAKER_BIND_TO_PORT") or 8080), "/ping")
-    from modelhost.cli.serve_args import parse_serve_args  # the server's own parser: every spelling of its flags
+    from modelhost.cli.serve_args import (
+        parse_serve_args,  # the server's own parser: every spelling of its flags
+    )
 
     options = parse_serve_args(command[1:])
     if options.allow_http:

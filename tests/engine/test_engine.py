@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 
+from modelhost.backends.api import BackendServices
 from modelhost.engine.engine import Engine
 from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.shared_memory import SharedMemoryRegistry
@@ -25,7 +26,9 @@ def no_models() -> ModelRegistry:
     def get(name: str, version: str = "") -> Any:
         raise NotFound(f"Request for unknown model: '{name}' is not found")
 
-    return cast(ModelRegistry, SimpleNamespace(models={}, get=get, settings=SimpleNamespace(load_on_demand=False)))
+    return cast(ModelRegistry, SimpleNamespace(
+            models={}, get=get, settings=SimpleNamespace(load_on_demand=False), services=BackendServices()
+        ))
 
 
 def test_a_bare_engine_has_its_parts_off() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import modelhost
-from modelhost.engine.registry.entries import LoadSettings
 from modelhost.engine.registry.builder import VersionBuilder
+from modelhost.engine.registry.entries import LoadSettings
 from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.repository.sources import open_repository
 

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from cuda_stand_in import HostIpc
+from modelhost.backends.api import BackendServices
 from modelhost.engine.engine import Engine
 from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.shared_memory import SharedMemoryRegistry
@@ -38,7 +39,7 @@ def registry(ipc: HostIpc) -> Iterator[SharedMemoryRegistry]:
 @pytest.fixture
 def routes(registry: SharedMemoryRegistry) -> HttpRoutes:
     # The shared-memory endpoints use nothing of the engine but its shared-memory registry.
-    engine = Engine(cast(ModelRegistry, SimpleNamespace()), shared_memory=registry)
+    engine = Engine(cast(ModelRegistry, SimpleNamespace(services=BackendServices())), shared_memory=registry)
     return HttpRoutes(engine, max_input_size=1 << 20)
 
 
