@@ -26,9 +26,8 @@ def no_models() -> ModelRegistry:
     def get(name: str, version: str = "") -> Any:
         raise NotFound(f"Request for unknown model: '{name}' is not found")
 
-    return cast(ModelRegistry, SimpleNamespace(
-            models={}, get=get, settings=SimpleNamespace(load_on_demand=False), services=BackendServices()
-        ))
+    settings = SimpleNamespace(load_on_demand=False)
+    return cast(ModelRegistry, SimpleNamespace(models={}, get=get, settings=settings, services=BackendServices()))
 
 
 def test_a_bare_engine_has_its_parts_off() -> None:
