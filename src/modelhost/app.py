@@ -19,7 +19,7 @@ from modelhost.engine.engine import EXTENSIONS, Engine
 from modelhost.engine.redis_cache import RedisCache
 from modelhost.engine.registry.entries import ControlMode, LoadSettings
 from modelhost.engine.registry.registry import ModelRegistry
-from modelhost.engine.response_cache import RedisSettings, ResponseCache, parse_cache_config
+from modelhost.engine.response_cache import ResponseCache
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
 from modelhost.engine.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
 from modelhost.errors import Unsupported
@@ -40,15 +40,15 @@ from modelhost.frontends.tls import TlsError, TlsPorts, grpc_tls, http_tls
 from modelhost.frontends.vertex_ai.routes import VertexAiRoutes
 from modelhost.frontends.vertex_ai.settings import VertexAiSettings, VertexAiSettingsError, default_model
 from modelhost.host.devices import gpu_count
-from modelhost.host.gpu_memory import GpuMemory
 from modelhost.host.gpu_memory import startup_notes as gpu_memory_notes
 from modelhost.host.host_policy import placements
 from modelhost.observability.log_settings import LogSettings
 from modelhost.observability.logs import log_table
-from modelhost.observability.tracing.settings import OpenTelemetrySettings, parse_trace_config
 from modelhost.observability.tracing.sinks import OpenTelemetrySink, TritonFileSink
 from modelhost.observability.tracing.tracer import Tracer
 from modelhost.options import ServerOptions
+from modelhost.options.cache import RedisSettings, parse_cache_config
+from modelhost.options.trace import OpenTelemetrySettings, parse_trace_config
 from modelhost.repository.sources import RepositoryError, RepositorySource, open_repository
 from modelhost.supervisor import Frontends, FrontendStartError, stop_when_set
 
@@ -135,7 +135,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
         log.error("%s", e)
         return 1
     gpus = gpu_count()
-    for level, message in gpu_memory_notes(options, gpus):
+    for level, message in gpu_memory_notes(options.gpu_memory(), gpus):
         log.log(level, "%s", message)
     cache_settings = parse_cache_config(options.cache_config, dict(os.environ))  # checked by ServerOptions
     set_backend_directory(options.backend_directory)
@@ -144,7 +144,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
         auto_complete=options.auto_complete_config,
         backend_config=options.backend_config,
         gpu_count=gpus,
-        gpu_memory=GpuMemory.from_options(options),
+        gpu_memory=options.gpu_memory(),
         load_threads=options.model_load_thread_count,
         load_retries=options.model_load_retry_count,
         rate_limiter=_rate_limiter(options),
@@ -177,7 +177,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
         registry,
         server_id=options.server_id,
         strict_readiness=options.strict_readiness,
-        log_settings=LogSettings(options),
+        log_settings=LogSettings(options.log_options()),
         shared_memory=shared_memory,
         tracer=tracer,
         tracer_otel=tracer_otel,

@@ -102,12 +102,7 @@ class FrontendSupervisor:
             sagemaker_port=sagemaker_port,
             buffer_limit=options.frontend_buffer_byte_size,
             exit_timeout_secs=options.exit_timeout_secs,
-            log_verbose=options.log_verbose,
-            log_info=options.log_info,
-            log_warning=options.log_warning,
-            log_error=options.log_error,
-            log_format=options.log_format,
-            log_file=options.log_file,
+            log=options.log_options(),
         )
         self.processes: dict[int, asyncio.subprocess.Process] = {}
         self._said_hello: dict[int, asyncio.Event] = {}

@@ -119,8 +119,8 @@ def test_onnxruntime_runs_on_a_gpu_only_with_its_cuda_provider() -> None:
 def test_an_onnx_model_without_instance_groups_runs_on_the_cpu_of_a_gpu_host_without_onnxruntime_gpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from modelhost.backends.model_config import complete_model_config
     from modelhost.backends.onnxruntime.backend import OnnxRuntimeBackend
-    from modelhost.config import complete_model_config
 
     model_dir = tmp_path / "m"
     model_dir.mkdir()

@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx, onnx_model_path
-from modelhost.config import load_model_config
 from modelhost.errors import ModelConfigError
 
 from .conftest import ModelFactory, add_sub_model, fixed_batch_model, reduce_model, write_onnx

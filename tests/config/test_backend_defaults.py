@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
-from modelhost.config import load_model_config
+from modelhost.backends.model_config import load_model_config
 from modelhost.config.normalize import normalize_config
 
 from .conftest import add_sub_model

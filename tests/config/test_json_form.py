@@ -6,7 +6,8 @@ import pytest
 from google.protobuf import text_format  # type: ignore[import-untyped]
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig, ModelInstanceGroup
 
-from modelhost.config import config_from_json, config_to_json, load_model_config
+from modelhost.backends.model_config import load_model_config
+from modelhost.config import config_from_json, config_to_json
 from modelhost.errors import ModelConfigError
 
 from .conftest import ModelFactory

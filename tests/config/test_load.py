@@ -7,7 +7,8 @@ import pytest
 from google.protobuf import text_format  # type: ignore[import-untyped]
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
-from modelhost.config import complete_model_config, config_from_json, load_model_config
+from modelhost.backends.model_config import complete_model_config, load_model_config
+from modelhost.config import config_from_json
 from modelhost.errors import ModelConfigError
 
 from .conftest import ModelFactory

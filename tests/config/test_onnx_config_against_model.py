@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from modelhost.backends.api import BackendContext
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.onnxruntime.backend import OnnxRuntimeBackend
-from modelhost.config import load_model_config
 from modelhost.errors import ModelConfigError
 
 from .conftest import add_sub_model

@@ -15,8 +15,8 @@ from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.shared_memory import SharedMemoryRegistry
 from modelhost.errors import NotFound, Unavailable, Unsupported
 from modelhost.observability.log_settings import LogSettings
-from modelhost.observability.tracing.settings import TraceSettings
 from modelhost.observability.tracing.tracer import Tracer
+from modelhost.options.trace import TraceSettings
 from modelhost.types import InferenceRequest
 
 

@@ -7,8 +7,8 @@ import numpy as np
 
 from modelhost.engine.request_tracing import start_trace, trace_queued, trace_sent
 from modelhost.engine_api import CallContext
-from modelhost.observability.tracing.settings import TraceSettings
 from modelhost.observability.tracing.tracer import Trace, Tracer
+from modelhost.options.trace import TraceSettings
 from modelhost.types import InferenceRequest, Tensor
 
 

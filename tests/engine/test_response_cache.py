@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 
 from modelhost.engine.redis_cache import decode_outputs, encode_outputs
-from modelhost.engine.response_cache import (
-    CacheSettings,
-    RedisSettings,
-    ResponseCache,
-    cache_key,
-    parse_cache_config,
-)
+from modelhost.engine.response_cache import ResponseCache, cache_key
+from modelhost.options.cache import CacheSettings, RedisSettings, parse_cache_config
 from modelhost.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 

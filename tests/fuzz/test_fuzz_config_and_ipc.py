@@ -16,8 +16,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from modelhost.backends.model_config import complete_model_config
 from modelhost.backends.python.ipc import FrameReader, encode
-from modelhost.config import complete_model_config, config_from_json, parse_config_text
+from modelhost.config import config_from_json, parse_config_text
 from modelhost.errors import ModelhostError
 
 FIELDS = [

@@ -30,7 +30,6 @@ from modelhost.host.gpu_memory import (
     GpuMemory,
     GpuUsage,
     check_load_limit,
-    cuda_provider_options,
     nvml_device,
     read_gpu_memory,
     startup_notes,
@@ -44,8 +43,8 @@ GIB = 1 << 30
 
 
 def test_nothing_is_logged_when_no_memory_flag_is_given() -> None:
-    assert startup_notes(ServerOptions(), gpu_count=0) == []
-    assert startup_notes(ServerOptions(), gpu_count=2) == []
+    assert startup_notes(ServerOptions().gpu_memory(), gpu_count=0) == []
+    assert startup_notes(ServerOptions().gpu_memory(), gpu_count=2) == []
 
 
 def test_on_a_cpu_only_host_each_flag_given_has_no_effect_once() -> None:
@@ -53,7 +52,7 @@ def test_on_a_cpu_only_host_each_flag_given_has_no_effect_once() -> None:
         cuda_memory_pool_byte_size={0: 1000, 1: 2000},
         model_load_gpu_limit={0: 0.5},
     )
-    assert startup_notes(options, gpu_count=0) == [
+    assert startup_notes(options.gpu_memory(), gpu_count=0) == [
         (logging.INFO, "--cuda-memory-pool-byte-size has no effect: this host has no GPU"),
         (logging.INFO, "--model-load-gpu-limit has no effect: this host has no GPU"),
     ]
@@ -63,7 +62,7 @@ def test_with_a_gpu_settings_for_gpus_that_are_not_there_are_warned_about() -> N
     options = ServerOptions(
         cuda_memory_pool_byte_size={0: 1000, 2: 1000}, model_load_gpu_limit={0: 0.5, 5: 0.5}
     )
-    assert startup_notes(options, gpu_count=2) == [
+    assert startup_notes(options.gpu_memory(), gpu_count=2) == [
         (
             logging.WARNING,
             "--cuda-memory-pool-byte-size names GPU 2, but 2 GPU(s) are visible: it has no effect",
@@ -74,20 +73,7 @@ def test_with_a_gpu_settings_for_gpus_that_are_not_there_are_warned_about() -> N
 
 def test_settings_reach_the_backends_from_the_options() -> None:
     options = ServerOptions(cuda_memory_pool_byte_size={0: 1000}, model_load_gpu_limit={1: 0.5})
-    assert GpuMemory.from_options(options) == GpuMemory({0: 1000}, {1: 0.5})
-
-
-# --- --cuda-memory-pool-byte-size: ONNX Runtime's gpu_mem_limit
-
-
-def test_cuda_pool_becomes_gpu_mem_limit_for_that_gpu_only() -> None:
-    memory = GpuMemory(cuda_pool_bytes={0: 1000, 1: 0})
-    assert cuda_provider_options(memory, 0) == {"gpu_mem_limit": "1000"}
-    # 0 is tritonserver's "no pool": no limit, not a limit of 0 bytes that would fail every allocation.
-    assert cuda_provider_options(memory, 1) == {}
-    assert cuda_provider_options(memory, 2) == {}
-    # Not given: ONNX Runtime's default, not Triton's 64 MB pool default.
-    assert cuda_provider_options(GpuMemory(), 0) == {}
+    assert options.gpu_memory() == GpuMemory({0: 1000}, {1: 0.5})
 
 
 GPU_CONFIG = """

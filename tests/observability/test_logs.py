@@ -16,7 +16,7 @@ from modelhost.observability.logs import (
     escape_messages,
     log_table,
 )
-from modelhost.options import ServerOptions
+from modelhost.options import LogOptions
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
@@ -102,19 +102,19 @@ def test_exceptions_stay_inside_the_quoted_message() -> None:
 
 
 def test_logs_go_to_stderr_in_the_chosen_format(capsys: pytest.CaptureFixture[str]) -> None:
-    configure_logging(ServerOptions())
+    configure_logging(LogOptions())
     logging.getLogger("modelhost.http").info("hello %s", "world")
     (line,) = log_lines(capsys)
     assert re.fullmatch(rf'I\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} {PID} test_logs\.py:\d+\] "hello world"', line)
 
-    configure_logging(ServerOptions(log_format="ISO8601"))
+    configure_logging(LogOptions(format="ISO8601"))
     logging.getLogger("modelhost").warning("careful")
     (line,) = log_lines(capsys)  # reconfiguring replaced the handler: one line, not two
     assert re.fullmatch(rf'\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ W {PID} test_logs\.py:\d+\] "careful"', line)
 
 
 def test_records_are_not_passed_to_the_root_logger(capsys: pytest.CaptureFixture[str]) -> None:
-    configure_logging(ServerOptions())
+    configure_logging(LogOptions())
     assert logging.getLogger("modelhost").propagate is False
 
 
@@ -130,26 +130,26 @@ def emit_all() -> None:
 @pytest.mark.parametrize(
     ("options", "shown"),
     [
-        (ServerOptions(), ["error", "warning", "info"]),
-        (ServerOptions(log_verbose=1), ["error", "warning", "info", "verbose 1"]),
-        (ServerOptions(log_verbose=2), ["error", "warning", "info", "verbose 1", "verbose 2"]),
+        (LogOptions(), ["error", "warning", "info"]),
+        (LogOptions(verbose=1), ["error", "warning", "info", "verbose 1"]),
+        (LogOptions(verbose=2), ["error", "warning", "info", "verbose 1", "verbose 2"]),
         # Each severity is its own switch, as in tritonserver: not a threshold.
-        (ServerOptions(log_info=False), ["error", "warning"]),
-        (ServerOptions(log_warning=False), ["error", "info"]),
-        (ServerOptions(log_error=False), ["warning", "info"]),
-        (ServerOptions(log_info=False, log_warning=False, log_error=False), []),
+        (LogOptions(info=False), ["error", "warning"]),
+        (LogOptions(warning=False), ["error", "info"]),
+        (LogOptions(error=False), ["warning", "info"]),
+        (LogOptions(info=False, warning=False, error=False), []),
         # Verbose messages do not depend on --log-info.
-        (ServerOptions(log_info=False, log_verbose=1), ["error", "warning", "verbose 1"]),
+        (LogOptions(info=False, verbose=1), ["error", "warning", "verbose 1"]),
     ],
 )
-def test_level_switches(options: ServerOptions, shown: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_level_switches(options: LogOptions, shown: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     configure_logging(options)
     emit_all()
     assert [line.rsplit("] ", 1)[1].strip('"') for line in log_lines(capsys)] == shown
 
 
 def test_verbose_messages_carry_the_letter_i(capsys: pytest.CaptureFixture[str]) -> None:
-    configure_logging(ServerOptions(log_verbose=1))
+    configure_logging(LogOptions(verbose=1))
     logging.getLogger("modelhost").debug("detail")
     assert log_lines(capsys)[0].startswith("I")
 
@@ -157,15 +157,15 @@ def test_verbose_messages_carry_the_letter_i(capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize(
     ("options", "level"),
     [
-        (ServerOptions(), logging.INFO),
-        (ServerOptions(log_info=False), logging.WARNING),
-        (ServerOptions(log_info=False, log_warning=False), logging.ERROR),
-        (ServerOptions(log_info=False, log_warning=False, log_error=False), logging.CRITICAL + 1),
-        (ServerOptions(log_verbose=1), logging.DEBUG),
-        (ServerOptions(log_verbose=3), logging.DEBUG - 2),
+        (LogOptions(), logging.INFO),
+        (LogOptions(info=False), logging.WARNING),
+        (LogOptions(info=False, warning=False), logging.ERROR),
+        (LogOptions(info=False, warning=False, error=False), logging.CRITICAL + 1),
+        (LogOptions(verbose=1), logging.DEBUG),
+        (LogOptions(verbose=3), logging.DEBUG - 2),
     ],
 )
-def test_the_logger_level_lets_no_record_be_built_in_vain(options: ServerOptions, level: int) -> None:
+def test_the_logger_level_lets_no_record_be_built_in_vain(options: LogOptions, level: int) -> None:
     assert LevelFilter(options).lowest_level() == level
     configure_logging(options)
     assert logging.getLogger("modelhost").level == level
@@ -174,9 +174,9 @@ def test_the_logger_level_lets_no_record_be_built_in_vain(options: ServerOptions
 def test_log_file_is_appended_to(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log_file = tmp_path / "server.log"
     log_file.write_text("earlier\n")
-    configure_logging(ServerOptions(log_file=str(log_file)))
+    configure_logging(LogOptions(file=str(log_file)))
     logging.getLogger("modelhost").info("started")
-    configure_logging(ServerOptions())  # closes the file
+    configure_logging(LogOptions())  # closes the file
     lines = log_file.read_text().splitlines()
     assert lines[0] == "earlier"
     assert lines[1].endswith('] "started"')
@@ -186,7 +186,7 @@ def test_log_file_is_appended_to(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_unopenable_log_file_raises(tmp_path: Path) -> None:
     with pytest.raises(OSError):
-        configure_logging(ServerOptions(log_file=str(tmp_path / "missing" / "server.log")))
+        configure_logging(LogOptions(file=str(tmp_path / "missing" / "server.log")))
 
 
 # --- Tables

@@ -22,7 +22,6 @@ from modelhost.observability import stats as stats_module
 from modelhost.observability.cpu_metrics import CpuMetrics, read_cpu_times, read_memory
 from modelhost.observability.custom_metrics import CustomMetrics
 from modelhost.observability.gpu_metrics import GPU_FAMILIES, start_gpu_metrics
-from modelhost.observability.metrics_config import DEFAULT_QUANTILES, MetricsConfig, parse_metrics_config
 from modelhost.observability.stats import (
     DEFAULT_FIRST_RESPONSE_BUCKETS,
     Histogram,
@@ -32,6 +31,7 @@ from modelhost.observability.stats import (
     configure_metrics,
     first_response_buckets,
 )
+from modelhost.options.metrics import DEFAULT_QUANTILES, MetricsConfig, parse_metrics_config
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from modelhost.frontends.metrics import family_names
-from modelhost.observability.metrics_config import MetricsConfig
+from modelhost.options.metrics import MetricsConfig
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "modelhost-dashboard.json"
 EVERYTHING = MetricsConfig(counter_latencies=True, histogram_latencies=True, summary_latencies=True)

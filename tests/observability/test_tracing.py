@@ -9,9 +9,9 @@ import pytest
 
 from modelhost.errors import InvalidArgument, ModelhostError, Unsupported
 from modelhost.observability.stats import RequestTiming
-from modelhost.observability.tracing.settings import TraceSettings, parse_trace_config
 from modelhost.observability.tracing.sinks import OpenTelemetrySink, TritonFileSink
 from modelhost.observability.tracing.tracer import Trace, Tracer, stamp_failed_request, stamp_request
+from modelhost.options.trace import TraceSettings, parse_trace_config
 
 
 class ListSink:
@@ -176,7 +176,7 @@ def test_the_opentelemetry_sink_makes_tritons_spans_under_the_callers_trace() ->
     # compute span of its own.
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from modelhost.observability.tracing.settings import OpenTelemetrySettings
+    from modelhost.options.trace import OpenTelemetrySettings
 
     exporter = InMemorySpanExporter()
     sink = OpenTelemetrySink(OpenTelemetrySettings(resource={"deployment": "test"}), exporter)
@@ -222,7 +222,7 @@ def test_the_opentelemetry_sink_makes_tritons_spans_under_the_callers_trace() ->
 def test_a_step_that_ends_after_its_ensemble_still_goes_under_it() -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from modelhost.observability.tracing.settings import OpenTelemetrySettings
+    from modelhost.options.trace import OpenTelemetrySettings
 
     exporter = InMemorySpanExporter()
     sink = OpenTelemetrySink(OpenTelemetrySettings(), exporter)
@@ -243,7 +243,7 @@ def test_the_opentelemetry_sink_keeps_a_bounded_number_of_orphan_steps() -> None
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from modelhost.observability.tracing import sinks
-    from modelhost.observability.tracing.settings import OpenTelemetrySettings
+    from modelhost.options.trace import OpenTelemetrySettings
 
     sink = OpenTelemetrySink(OpenTelemetrySettings(), InMemorySpanExporter())
     for parent in range(1, sinks._MAX_WAITING_PARENTS + 100):

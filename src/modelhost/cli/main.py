@@ -101,7 +101,7 @@ def _serve(argv: Sequence[str], require_repository: bool = False) -> int:
             (logging.INFO, f"No --model-repository given: serving the bundled examples in {examples}")
         )
     try:
-        configure_logging(options)
+        configure_logging(options.log_options())
     except OSError as error:
         raise CliError(f"cannot open --log-file {options.log_file}: {error.strerror}") from error
     for level, message in notes:

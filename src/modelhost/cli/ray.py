@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from modelhost.options import ServerOptions, bool_or_none
+from modelhost.options import LogOptions, ServerOptions, bool_or_none
 
 USAGE_ERROR = 2
 
@@ -173,7 +173,7 @@ def main(argv: Sequence[str]) -> int:
     from modelhost.cluster.plan import PlanError, read_plan
     from modelhost.observability.logs import configure_logging
 
-    configure_logging(ServerOptions(log_verbose=args.log_verbose))
+    configure_logging(LogOptions(verbose=args.log_verbose))
     try:
         frontend = frontend_options(args)
         plan = read_plan(args.model_repository, args.deployments)

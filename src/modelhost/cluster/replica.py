@@ -88,10 +88,10 @@ class ModelReplica:
     def __init__(self, settings: ReplicaSettings) -> None:
         from modelhost.in_process import Server
         from modelhost.observability.logs import configure_logging
-        from modelhost.options import ServerOptions
+        from modelhost.options import LogOptions
 
         # The engine's log, in Triton's format, goes to the replica's stderr (Ray keeps it in the worker's log).
-        configure_logging(ServerOptions(log_verbose=int(settings.server_options.get("log_verbose", 0))))
+        configure_logging(LogOptions(verbose=int(settings.server_options.get("log_verbose", 0))))
         self._settings = settings
         self._reporter: asyncio.Task[None] | None = None
         self._collector: Any = None

@@ -34,7 +34,7 @@ from modelhost.compatibility.surface import (
 from modelhost.config.validate import FIELDS_NOT_SUPPORTED
 from modelhost.engine.engine import EXTENSIONS
 from modelhost.frontends.metrics import family_names
-from modelhost.observability.metrics_config import MetricsConfig
+from modelhost.options.metrics import MetricsConfig
 
 # Every family a server can export: every latency option on, CPU, GPU and cache families.
 EVERY_METRIC = MetricsConfig(counter_latencies=True, histogram_latencies=True, summary_latencies=True)

@@ -24,8 +24,8 @@ from modelhost.engine_api import CUDA_SHM, CallContext, ModelSignature, ShmKind
 from modelhost.errors import InvalidArgument, ModelhostError, NotFound, Unavailable, Unsupported
 from modelhost.observability.log_settings import LogSettings
 from modelhost.observability.stats import ModelStats, RequestTiming
-from modelhost.observability.tracing.settings import OpenTelemetrySettings, TraceSettings
 from modelhost.observability.tracing.tracer import Tracer, stamp_failed_request, stamp_request
+from modelhost.options.trace import OpenTelemetrySettings, TraceSettings
 from modelhost.repository.overrides import parse_load_parameters
 from modelhost.types import FINAL_RESPONSE, InferenceRequest, InferenceResponse
 

@@ -27,8 +27,8 @@ import msgspec
 import numpy as np
 
 from modelhost.engine.cache_counters import CacheCounters
-from modelhost.engine.response_cache import RedisSettings
 from modelhost.errors import Unsupported
+from modelhost.options.cache import RedisSettings
 from modelhost.tensor_codec import array_from_raw, raw_bytes
 from modelhost.types import InferenceRequest, InferenceResponse, Tensor
 

@@ -29,7 +29,7 @@ from modelhost.frontends.sagemaker.settings import SageMakerSettings
 from modelhost.frontends.tls import TlsError, TlsFiles, TlsPorts
 from modelhost.observability.log_settings import LogSettings
 from modelhost.observability.logs import configure_logging
-from modelhost.options import ServerOptions
+from modelhost.options import LogOptions
 from modelhost.transport.client import connect
 
 log = logging.getLogger("modelhost.frontend")
@@ -67,23 +67,7 @@ class FrontendConfig(msgspec.Struct):
     sagemaker_port: int
     buffer_limit: int
     exit_timeout_secs: int
-    log_verbose: int
-    log_info: bool
-    log_warning: bool
-    log_error: bool
-    log_format: str
-    log_file: str | None
-
-    def options(self) -> ServerOptions:
-        """The log options this process starts with."""
-        return ServerOptions(
-            log_verbose=self.log_verbose,
-            log_info=self.log_info,
-            log_warning=self.log_warning,
-            log_error=self.log_error,
-            log_format=self.log_format,
-            log_file=self.log_file,
-        )
+    log: LogOptions
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -117,7 +101,7 @@ async def serve(config: FrontendConfig) -> int:
     if tls:
         loop.add_signal_handler(signal.SIGHUP, tls.reload)  # the engine passes its SIGHUP on
     # The logging extension's changes, made through any frontend, reach every process: the engine tells each.
-    log_settings = LogSettings(config.options())
+    log_settings = LogSettings(config.log)
     engine = await connect(
         config.engine_address, engine_lost, lambda changes: log_settings.update(changes, announce=False)
     )
@@ -196,7 +180,7 @@ async def serve(config: FrontendConfig) -> int:
 def main(argv: list[str]) -> int:
     config = msgspec.json.decode(argv[0], type=FrontendConfig)
     _die_with_parent(config.parent_pid)
-    configure_logging(config.options())
+    configure_logging(config.log)
     try:
         import uvloop
 

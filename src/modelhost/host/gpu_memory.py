@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from modelhost.errors import Unavailable
-from modelhost.options import ServerOptions
 
 log = logging.getLogger("modelhost.gpu_memory")
 
@@ -44,43 +43,21 @@ class GpuMemory:
     cuda_pool_bytes: dict[int, int] = field(default_factory=dict)
     load_limits: dict[int, float] = field(default_factory=dict)
 
-    @classmethod
-    def from_options(cls, options: ServerOptions) -> GpuMemory:
-        return cls(dict(options.cuda_memory_pool_byte_size), dict(options.model_load_gpu_limit))
 
-
-def startup_notes(options: ServerOptions, gpu_count: int) -> list[Note]:
+def startup_notes(memory: GpuMemory, gpu_count: int) -> list[Note]:
     """What to log at startup about the memory flags given: at most one line per flag, and one per GPU named
     that is not there."""
-    given = [
-        flag
-        for flag, is_given in (
-            (CUDA_POOL, bool(options.cuda_memory_pool_byte_size)),
-            (LOAD_LIMIT, bool(options.model_load_gpu_limit)),
-        )
-        if is_given
-    ]
+    flags = ((CUDA_POOL, memory.cuda_pool_bytes), (LOAD_LIMIT, memory.load_limits))
     if gpu_count == 0:
-        return [(logging.INFO, f"{flag} has no effect: this host has no GPU") for flag in given]
+        return [(logging.INFO, f"{flag} has no effect: this host has no GPU") for flag, gpus in flags if gpus]
     notes: list[Note] = []
-    for flag, gpus in (
-        (CUDA_POOL, options.cuda_memory_pool_byte_size),
-        (LOAD_LIMIT, options.model_load_gpu_limit),
-    ):
+    for flag, gpus in flags:
         notes += [
             (logging.WARNING, f"{flag} names GPU {gpu}, but {gpu_count} GPU(s) are visible: it has no effect")
             for gpu in sorted(gpus)
             if gpu >= gpu_count
         ]
     return notes
-
-
-def cuda_provider_options(memory: GpuMemory, device_id: int) -> dict[str, str]:
-    """CUDA execution provider options for an instance on `device_id`."""
-    size = memory.cuda_pool_bytes.get(device_id, 0)
-    # Not given, or 0 (tritonserver: no pool on that GPU): ONNX Runtime's own default, no limit. Triton's default
-    # pool of 64 MB must not become a 64 MB cap on everything ONNX Runtime allocates.
-    return {"gpu_mem_limit": str(size)} if size > 0 else {}
 
 
 # --model-load-gpu-limit ----------------------------------------------------------------------------------------

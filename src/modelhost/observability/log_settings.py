@@ -12,26 +12,26 @@ from typing import Any
 
 from modelhost.errors import InvalidArgument
 from modelhost.observability.logs import configure_logging
-from modelhost.options import LOG_FORMATS, ServerOptions
+from modelhost.options.log import LOG_FORMATS, LogOptions
 
 log = logging.getLogger("modelhost.logging")
 
-_BOOLS = {"log_info": "log_info", "log_warning": "log_warning", "log_error": "log_error"}
+_BOOLS = {"log_info": "info", "log_warning": "warning", "log_error": "error"}
 
 
 class LogSettings:
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: LogOptions) -> None:
         self.options = options
 
     def get(self) -> dict[str, Any]:
         o = self.options
         return {
-            "log_file": o.log_file or "",
-            "log_info": o.log_info,
-            "log_warning": o.log_warning,
-            "log_error": o.log_error,
-            "log_verbose_level": o.log_verbose,
-            "log_format": o.log_format,
+            "log_file": o.file or "",
+            "log_info": o.info,
+            "log_warning": o.warning,
+            "log_error": o.error,
+            "log_verbose_level": o.verbose,
+            "log_format": o.format,
         }
 
     def update(self, changes: dict[str, Any], *, announce: bool = True) -> dict[str, Any]:
@@ -48,13 +48,13 @@ class LogSettings:
             elif key == "log_verbose_level":
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise InvalidArgument("expecting a non-negative integer value for 'log_verbose_level'")
-                updates["log_verbose"] = value
+                updates["verbose"] = value
             elif key == "log_format":
                 if value not in LOG_FORMATS:
                     raise InvalidArgument(
                         f"invalid value for 'log_format': '{value}', expected one of {', '.join(LOG_FORMATS)}"
                     )
-                updates["log_format"] = value
+                updates["format"] = value
             else:
                 raise InvalidArgument(f"trying to update an unknown log setting '{key}'")
         if updates:
@@ -62,6 +62,6 @@ class LogSettings:
             configure_logging(self.options)
             if announce:
                 log.info(
-                    "log settings updated: %s", ", ".join(f"{k}={v}" for k, v in sorted(updates.items()))
+                    "log settings updated: %s", ", ".join(f"log_{k}={v}" for k, v in sorted(updates.items()))
                 )
         return self.get()

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from modelhost.options import ServerOptions
+from modelhost.options.log import LogOptions
 
 LOGGER_NAME = "modelhost"
 
@@ -77,12 +77,12 @@ def _letter(levelno: int) -> str:
 class LevelFilter(logging.Filter):
     """tritonserver's switches: each severity on or off by itself, verbose by level."""
 
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: LogOptions) -> None:
         super().__init__()
-        self.verbose = options.log_verbose
-        self.info = options.log_info
-        self.warning = options.log_warning
-        self.error = options.log_error
+        self.verbose = options.verbose
+        self.info = options.info
+        self.warning = options.warning
+        self.error = options.error
 
     def filter(self, record: logging.LogRecord) -> bool:
         levelno = record.levelno
@@ -104,20 +104,20 @@ class LevelFilter(logging.Filter):
         return logging.ERROR if self.error else logging.CRITICAL + 1
 
 
-def configure_logging(options: ServerOptions) -> None:
+def configure_logging(options: LogOptions) -> None:
     """Send the `modelhost` logger hierarchy to --log-file (appending) or stderr, in tritonserver's format.
 
     Calling it again replaces what an earlier call installed (the logging API may change the settings at run
     time that way). Raises OSError when the log file cannot be opened.
     """
     handler: logging.Handler
-    if options.log_file:
-        handler = logging.FileHandler(options.log_file, mode="a", encoding="utf-8")
+    if options.file:
+        handler = logging.FileHandler(options.file, mode="a", encoding="utf-8")
     else:
         handler = logging.StreamHandler(sys.stderr)
     level_filter = LevelFilter(options)
     handler.addFilter(level_filter)
-    handler.setFormatter(TritonFormatter(iso8601=options.log_format == "ISO8601", escape=escape_messages()))
+    handler.setFormatter(TritonFormatter(iso8601=options.format == "ISO8601", escape=escape_messages()))
     handler.set_name(_HANDLER_NAME)
 
     logger = logging.getLogger(LOGGER_NAME)

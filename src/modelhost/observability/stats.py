@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelhost.observability.metrics_config import MetricsConfig, Quantiles
+from modelhost.options.metrics import MetricsConfig, Quantiles
 
 # The response cache's families (--cache-config): what the local cache reports, in Triton's names.
 CACHE_FAMILIES: tuple[tuple[str, str], ...] = (

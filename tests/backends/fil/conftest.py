@@ -12,7 +12,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.backends.api import BackendContext
 from modelhost.backends.fil.backend import FilBackend, FilInstance
-from modelhost.config import load_model_config
+from modelhost.backends.model_config import load_model_config
 
 from .fil_models import MODEL_FILES, save
 

@@ -10,7 +10,7 @@ import pytest
 import xgboost as xgb
 
 from modelhost.backends.fil.backend import FilBackend
-from modelhost.config import load_model_config
+from modelhost.backends.model_config import load_model_config
 from modelhost.errors import ModelConfigError
 
 from .conftest import LoadInstance, MakeModel, context

@@ -15,9 +15,9 @@ from ov_test_models import Load, MakeModel, save
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.backends.api import BackendContext
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.openvino.backend import OpenVINOBackend
 from modelhost.backends.openvino.instance import OpenVINOInstance
-from modelhost.config import load_model_config
 
 
 @pytest.fixture

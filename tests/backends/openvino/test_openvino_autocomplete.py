@@ -13,7 +13,7 @@ import pytest
 from ov_test_models import MakeModel, add_sub, identity, mlp, row_sum, save, with_layout, write_onnx_add
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from modelhost.config import load_model_config
+from modelhost.backends.model_config import load_model_config
 from modelhost.errors import ModelConfigError
 
 

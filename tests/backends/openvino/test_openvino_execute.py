@@ -13,8 +13,8 @@ from ov_test_models import Load, MakeModel, add_sub, fixed_inner_batch, identity
 from tritonclient.grpc.model_config_pb2 import DataType
 
 from modelhost.backends.api import BackendContext
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.openvino.backend import OpenVINOBackend
-from modelhost.config import load_model_config
 from modelhost.errors import BackendInvalidArgument, InternalError
 
 

@@ -14,11 +14,11 @@ from ov_test_models import Load, MakeModel, add_sub, fixed_inner_batch, identity
 from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from modelhost.backends.api import BackendContext
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.openvino.backend import OpenVINOBackend
 from modelhost.backends.openvino.prepare import prepare_model
 from modelhost.backends.openvino.settings import OpenVINOSettings
 from modelhost.backends.registry import backend_for
-from modelhost.config import load_model_config
 from modelhost.errors import BackendInvalidArgument, ModelConfigError
 
 IO = (

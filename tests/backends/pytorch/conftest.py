@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from modelhost.backends.api import BackendContext
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.pytorch.backend import PyTorchBackend
 from modelhost.backends.pytorch.threads import PROCESS_THREADS
-from modelhost.config import load_model_config
 
 from .torch_test_models import save
 

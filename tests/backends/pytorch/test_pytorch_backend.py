@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.registry import backend_for
-from modelhost.config import load_model_config
 from modelhost.errors import ModelConfigError
 
 from .conftest import Loader, ModelFactory, config_text, context, fp32, tensor

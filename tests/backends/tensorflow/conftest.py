@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from modelhost.backends.api import BackendContext
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.registry import backend_for
-from modelhost.config import load_model_config
 
 if TYPE_CHECKING:
     # Not imported here: the test modules import .models, whose TensorFlow check skips them cleanly.

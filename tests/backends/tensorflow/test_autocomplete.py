@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tritonclient.grpc.model_config_pb2 import DataType
 
-from modelhost.config import load_model_config
+from modelhost.backends.model_config import load_model_config
 from modelhost.errors import ModelConfigError
 
 from .conftest import ModelFactory

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from trt_fakes import batch_engine, write_plan
 
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.tensorrt.convert import config_location, config_text, main, plan_config, plan_path
 from modelhost.backends.tensorrt.engine import ProfileShapes
 from modelhost.backends.tensorrt.shape_spec import (
@@ -17,7 +18,6 @@ from modelhost.backends.tensorrt.shape_spec import (
     check_against_network,
     parse_shapes,
 )
-from modelhost.config import load_model_config
 
 # -- shape specs ---------------------------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ import trt_fakes
 from trt_fakes import FakeRuntime, batch_engine, gpu_config, write_plan
 
 from modelhost.backends import registry
+from modelhost.backends.model_config import load_model_config
 from modelhost.backends.tensorrt.loader import autocomplete_plan
-from modelhost.config import load_model_config
 from modelhost.errors import ModelConfigError
 
 PIP = "install it with: pip install 'modelhost[tensorrt]'"

@@ -17,11 +17,11 @@ from modelhost.backends.api import Arrays, BackendContext
 from modelhost.backends.cpu_threads import default_intra_op_threads
 from modelhost.backends.model_io import TensorInfo, check_io, config_shape, fed_by_server
 from modelhost.backends.onnxruntime.autocomplete import autocomplete_onnx
+from modelhost.backends.onnxruntime.cuda import cuda_provider_options
 from modelhost.backends.onnxruntime.custom_ops import register_op_libraries
 from modelhost.backends.params import int_param, param
 from modelhost.datatypes import ONNX_TO_CONFIG
 from modelhost.errors import BackendInvalidArgument, InternalError, InvalidArgument, ModelConfigError
-from modelhost.host.gpu_memory import cuda_provider_options
 
 
 def _int_setting(ctx: BackendContext, key: str) -> int | None:

@@ -15,13 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from modelhost.backends.api import BackendContext, BackendServices, ModelInstance
-from modelhost.config import (
-    complete_model_config,
-    config_from_json,
-    config_path,
-    load_model_config,
-    read_config,
-)
+from modelhost.backends.model_config import complete_model_config, load_model_config
+from modelhost.config import config_from_json, config_path, read_config
 from modelhost.engine.classification import read_labels
 from modelhost.engine.ensemble.plan import EnsemblePlan
 from modelhost.engine.ensemble.scheduler import EnsembleScheduler

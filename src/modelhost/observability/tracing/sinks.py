@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from modelhost.observability.tracing.settings import OpenTelemetrySettings
 from modelhost.observability.tracing.tracer import Trace
+from modelhost.options.trace import OpenTelemetrySettings
 
 log = logging.getLogger("modelhost.tracing")
 

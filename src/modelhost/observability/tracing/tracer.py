@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from modelhost.errors import InvalidArgument
-from modelhost.observability.tracing.settings import TraceSettings, apply, parse_update
+from modelhost.options.trace import TraceSettings, apply, parse_update
 
 log = logging.getLogger("modelhost.tracing")
 

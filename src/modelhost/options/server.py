@@ -1,118 +1,31 @@
 """What the server honours from its command line, with tritonserver's defaults.
 
-`ServerOptions` is built by the CLI (modelhost.cli.main) or directly by code and tests; it validates itself, so a
-server never starts on a value the CLI would have refused. Flags modelhost ignores or refuses never reach it.
+`ServerOptions` is built by the CLI (modelhost.cli.serve_args) or directly by code and tests; it validates itself,
+so a server never starts on a value the CLI would have refused. Flags modelhost ignores or refuses never reach it.
+The parts of the server take the small settings made from it (options/log.py, limits.py, cache.py, trace.py,
+metrics.py), not ServerOptions itself.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from modelhost.host.gpu_memory import GpuMemory
 from modelhost.host.host_policy import HostPolicyError, placements
+from modelhost.options.backend_config import backend_config_problems
+from modelhost.options.cache import parse_cache_config
+from modelhost.options.log import LOG_FORMATS, LogOptions
+from modelhost.options.metrics import parse_metrics_config
+from modelhost.options.trace import parse_trace_config
+from modelhost.options.values import pattern_problem
 
 DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
 DEFAULT_HTTP_MAX_HEADER_SIZE = 1 << 16  # 64 KiB: the request line and headers together
 DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE = 1 << 26  # 64 MiB, as --http-max-input-size
 DEFAULT_FRONTEND_BUFFER_BYTE_SIZE = 1 << 28  # 256 MiB
 MAX_FRONTEND_PROCESSES = 64
-LOG_FORMATS = ("default", "ISO8601")
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
 RATE_LIMIT_MODES = ("off", "execution_count")
-
-# --backend-config settings honoured today, by backend ("" = the global settings that apply to every backend).
-# Values are non-negative integers, but for the names in TEXT_BACKEND_CONFIG.
-HONOURED_BACKEND_CONFIG: dict[str, tuple[str, ...]] = {
-    "": ("default-max-batch-size",),
-    "onnxruntime": ("default-max-batch-size", "intra_op_thread_count", "inter_op_thread_count"),
-    "python": (
-        "shm-default-byte-size",
-        "shm-growth-byte-size",
-        "stub-timeout-seconds",
-        "shm-region-prefix-name",
-        # Models' own environments (ours: docs/python-backend.md).
-        "env-cache-dir",
-        "env-index-url",
-        "env-find-links",
-        "env-no-index",
-    ),
-    # execution-policy and coalesce-request-input are accepted for tritonserver command lines and have no effect
-    # (modelhost runs one batch per instance at a time, and copies each request's inputs): docs/backends/tensorrt.md.
-    "openvino": ("default-max-batch-size",),
-    "fil": ("default-max-batch-size", "cpu_nthread"),
-    "tensorflow": ("default-max-batch-size", "version"),
-    "tensorrt": ("version-compatible", "plugins", "execution-policy", "coalesce-request-input"),
-}
-TEXT_BACKEND_CONFIG = frozenset({"shm-region-prefix-name"})
-# Settings that are a path or a URL (any text but empty), and booleans.
-LOCATION_BACKEND_CONFIG = frozenset({"env-cache-dir", "env-index-url", "env-find-links"})
-BOOLEAN_BACKEND_CONFIG = frozenset({"env-no-index"})
-# Settings whose values the backend checks when it loads a model (paths, booleans, names).
-BACKEND_CHECKED_CONFIG = frozenset(
-    {"version-compatible", "plugins", "execution-policy", "coalesce-request-input"}
-)
-
-
-def auto_frontend_processes(cores: int) -> int:
-    """--frontend-processes=auto: the number of frontend processes for a machine of `cores` usable cores.
-
-    A frontend process costs each request some server CPU (the hop to the engine) and buys the work of a core that
-    would otherwise idle. With two cores or fewer there is no such core once the engine, the model runtimes'
-    threads and python-backend stubs run (measured in benchmarks/README.md, "Frontend processes": python-backend
-    models lose up to 40%): none. Beyond that, one frontend per core beyond the engine's, at most 8.
-    """
-    if cores <= 2:
-        return 0
-    return min(8, cores - 1)
-
-
-def parse_address(text: str) -> str:
-    """A bindable host from a tritonserver address: `ipv6:[::1]` and `[::1]` both give `::1`."""
-    host = text.strip()
-    if host.startswith("ipv6:"):
-        host = host[len("ipv6:") :]
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host
-
-
-_TRUE = frozenset({"true", "on", "1"})
-_FALSE = frozenset({"false", "off", "0"})
-
-
-def bool_or_none(raw: str) -> bool | None:
-    """A boolean as tritonserver's flags take it (true/false, on/off, 1/0, any case); None for anything else."""
-    lowered = raw.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    return None
-
-
-# --http-header-forward-pattern, --grpc-header-forward-pattern: read here (the options check them), used by the
-# frontends (frontends/header_forwarding.py).
-_CASE_SENSITIVE = "(?-i)"
-
-
-def compile_forward_pattern(pattern: str) -> re.Pattern[str]:
-    """The compiled pattern; raises re.error for one that is not a regular expression. Triton prefixes `(?i)`;
-    Python's `re` has no global `(?-i)` after it, so the prefix is read here instead."""
-    if pattern.startswith(_CASE_SENSITIVE):
-        return re.compile(pattern[len(_CASE_SENSITIVE) :])
-    return re.compile(pattern, re.IGNORECASE)
-
-
-def pattern_problem(flag: str, pattern: str) -> str:
-    """What is wrong with a flag's pattern ("" when nothing is)."""
-    if not pattern:
-        return ""
-    try:
-        compile_forward_pattern(pattern)
-    except re.error as e:
-        return f"{flag} is not a valid regular expression: {e} ({pattern!r})"
-    return ""
-
 
 @dataclass(slots=True, frozen=True, kw_only=True)
 class ServerOptions:
@@ -234,6 +147,21 @@ class ServerOptions:
         if problems:
             raise ValueError("; ".join(problems))
 
+    def gpu_memory(self) -> GpuMemory:
+        """--cuda-memory-pool-byte-size and --model-load-gpu-limit, as the backends take them."""
+        return GpuMemory(dict(self.cuda_memory_pool_byte_size), dict(self.model_load_gpu_limit))
+
+    def log_options(self) -> LogOptions:
+        """The --log-* options, as the logs take them."""
+        return LogOptions(
+            verbose=self.log_verbose,
+            info=self.log_info,
+            warning=self.log_warning,
+            error=self.log_error,
+            format=self.log_format,
+            file=self.log_file,
+        )
+
 
 # Flags whose values have a least value (their option field is the flag's name with underscores; None: unset):
 # flag, least value, how the message says it.
@@ -322,7 +250,7 @@ def _problems(options: ServerOptions) -> list[str]:
         # tritonserver: "The name should not contain any space character"; a slash would leave configs/.
         problems.append(f"--model-config-name must be a non-empty name without spaces or '/', got {name!r}")
     problems.extend(_model_control_problems(options))
-    problems.extend(_backend_config_problems(options.backend_config))
+    problems.extend(backend_config_problems(options.backend_config))
     problems.extend(_memory_problems(options))
     problems.extend(_rate_limit_problems(options))
     problems.extend(_metrics_problems(options))
@@ -384,32 +312,6 @@ def _model_control_problems(options: ServerOptions) -> list[str]:
     return problems
 
 
-def _backend_config_problems(config: dict[str, dict[str, str]]) -> list[str]:
-    problems: list[str] = []
-    for backend, settings in config.items():
-        honoured = HONOURED_BACKEND_CONFIG.get(backend)
-        for key, value in settings.items():
-            where = f"{backend},{key}" if backend else key
-            if honoured is None or key not in honoured:
-                problems.append(f"--backend-config {where} is not supported yet")
-            elif key in BACKEND_CHECKED_CONFIG:
-                continue
-            elif key in LOCATION_BACKEND_CONFIG:
-                if not value.strip():
-                    problems.append(f"--backend-config {where} must be a path or a URL, got nothing")
-            elif key in BOOLEAN_BACKEND_CONFIG:
-                if bool_or_none(value) is None:
-                    problems.append(f"--backend-config {where} must be true or false, got {value!r}")
-            elif key in TEXT_BACKEND_CONFIG:
-                if not value or "/" in value or any(c.isspace() for c in value):
-                    problems.append(
-                        f"--backend-config {where} must be a name without spaces or '/', got {value!r}"
-                    )
-            elif not value.isdigit():
-                problems.append(f"--backend-config {where} must be an integer 0 or more, got {value!r}")
-    return problems
-
-
 def _memory_problems(options: ServerOptions) -> list[str]:
     # The device and fraction messages are tritonserver's own.
     problems: list[str] = []
@@ -445,8 +347,6 @@ def _rate_limit_problems(options: ServerOptions) -> list[str]:
 
 
 def _metrics_problems(options: ServerOptions) -> list[str]:
-    from modelhost.observability.metrics_config import parse_metrics_config
-
     problems: list[str] = []
     if not options.metrics_interval_ms > 0:  # NaN included
         problems.append(f"--metrics-interval-ms must be greater than 0, got {options.metrics_interval_ms}")
@@ -458,8 +358,6 @@ def _metrics_problems(options: ServerOptions) -> list[str]:
 
 
 def _cache_problems(options: ServerOptions) -> list[str]:
-    from modelhost.engine.response_cache import parse_cache_config
-
     try:
         parse_cache_config(options.cache_config)
     except ValueError as error:
@@ -468,8 +366,6 @@ def _cache_problems(options: ServerOptions) -> list[str]:
 
 
 def _trace_problems(options: ServerOptions) -> list[str]:
-    from modelhost.observability.tracing.settings import parse_trace_config
-
     try:
         settings, _ = parse_trace_config(options.trace_config)
     except ValueError as error:
