@@ -67,8 +67,17 @@ class LoadedModel:
         model_dir: Path,
         pool: InstancePool,
         ensemble: Ensemble | None = None,
+        *,
+        namespace: str = "",
+        cached: bool = False,
+        placements: list[tuple[Signature, Any]] | None = None,
+        inherited_labels: dict[str, list[str]] | None = None,
     ) -> None:
-        """`ensemble`: for an ensemble, what runs its steps (the pool is then empty)."""
+        """`ensemble`: for an ensemble, what runs its steps (the pool is then empty). `namespace`: its
+        repository under --model-namespacing; `cached`: its answers go through the server's response cache;
+        `placements`: each instance with its signature (instance_update.py), what a reload that changes only the
+        instance groups matches the new groups against; `inherited_labels`: labels for outputs that have none of
+        their own (an ensemble's, from the composing model's output they come from)."""
         self.name = name
         self.version = version
         self.version_str = str(version)
@@ -83,15 +92,20 @@ class LoadedModel:
         self.outputs: dict[str, TensorSpec] = output_specs(config)
         self.checks = RequestChecks(name, self.max_batch_size, self.inputs, self.outputs)
         self.labels = {n: read_labels(model_dir, s.label_filename) for n, s in self.outputs.items()}
+        for tensor, labels in (inherited_labels or {}).items():
+            if tensor in self.labels and not self.labels[tensor]:
+                self.labels[tensor] = labels
         self.platform = config.platform or config.backend
         # A python model's outputs go out in the data type the model gave them, whatever the config says, as
         # Triton's python backend passes them; other backends' outputs are the config's type.
         self.outputs_typed_by_model = pool.request_level  # python models and python-based backends
         self.decoupled = bool(config.model_transaction_policy.decoupled)
         self.stats = ModelStats(name, self.version_str)
+        self.stats.namespace = namespace
+        self.stats.cached = cached
         # What the response cache keys this model's answers by: its name, and under --model-namespacing its
         # repository too (two repositories' models of one name must not share answers).
-        self.cache_name = name
+        self.cache_name = f"{namespace}/{name}" if namespace else name
         # The scheduler in front of the instances (scheduling/): a request alone on an idle instance, or batched.
         # Triton accepts dynamic_batching on a non-batching model and does not batch it; neither do we.
         batching = config.HasField("dynamic_batching") and self.max_batch_size > 0
@@ -112,9 +126,7 @@ class LoadedModel:
         )
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
-        # Each instance with its signature (instance_update.py), set by the registry: what a reload that changes
-        # only the instance groups matches the new groups against.
-        self.placements: list[tuple[Signature, Any]] = []
+        self.placements = placements if placements is not None else []
         # When this version began to serve: what "least recently used" counts from before its first request.
         self.loaded_at_ms = time.time_ns() // 1_000_000
         self.stats.pending = (

@@ -221,11 +221,16 @@ class VersionBuilder:
         except BaseException:
             close_all(instances)
             raise
-        model = LoadedModel(display_name(name), version, config, model_dir, pool)
-        _named(model, namespace)
-        model.placements = [(signature(g, d), i) for (g, _, d), i in zip(plan, instances, strict=True)]
-        model.stats.cached = self.settings.response_cache and bool(config.response_cache.enable)
-        return model
+        return LoadedModel(
+            display_name(name),
+            version,
+            config,
+            model_dir,
+            pool,
+            namespace=namespace,
+            cached=self.settings.response_cache and bool(config.response_cache.enable),
+            placements=[(signature(g, d), i) for (g, _, d), i in zip(plan, instances, strict=True)],
+        )
 
     # -- an ensemble -------------------------------------------------------------------------------------------
 
@@ -245,30 +250,28 @@ class VersionBuilder:
             model_dir,
             InstancePool([]),
             ensemble=EnsembleScheduler(plan, config, self.services),
-        )
-        _named(model, namespace)
-        self._ensemble_labels(model, config, composing)
-        # A decoupled ensemble is not cached (as a decoupled model: refused at load by Triton).
-        model.stats.cached = (
-            self.settings.response_cache and bool(config.response_cache.enable) and not plan.decoupled
+            namespace=namespace,
+            # A decoupled ensemble is not cached (as a decoupled model: refused at load by Triton).
+            cached=self.settings.response_cache and bool(config.response_cache.enable) and not plan.decoupled,
+            inherited_labels=self._ensemble_labels(config, composing),
         )
         model.stats.load_duration_s = time.monotonic() - started
         log.info("loaded '%s' version %d", name, version)
         return model
 
-    def _ensemble_labels(self, model: LoadedModel, config: Any, composing: dict[str, Any]) -> None:
-        """An ensemble output without labels of its own classifies with those of the composing model's output
-        it comes from, as Triton completes an ensemble's label provider at load."""
+    def _ensemble_labels(self, config: Any, composing: dict[str, Any]) -> dict[str, list[str]]:
+        """The labels of the composing models' outputs an ensemble's outputs come from: an ensemble output
+        without labels of its own classifies with those, as Triton completes an ensemble's label provider."""
+        inherited: dict[str, list[str]] = {}
         for step in config.ensemble_scheduling.step:
             entry: ModelEntry | None = self.table.models.get(step.model_name)
             if entry is None or entry.model_dir is None:
                 continue
             for produced, tensor in step.output_map.items():
-                if model.labels.get(tensor):
-                    continue
                 spec = next((o for o in composing[step.model_name].output if o.name == produced), None)
-                if tensor in model.labels and spec is not None and spec.label_filename:
-                    model.labels[tensor] = read_labels(entry.model_dir, spec.label_filename)
+                if tensor not in inherited and spec is not None and spec.label_filename:
+                    inherited[tensor] = read_labels(entry.model_dir, spec.label_filename)
+        return inherited
 
     # -- instance updates in place -----------------------------------------------------------------------------
 
@@ -318,12 +321,6 @@ class VersionBuilder:
             self.table.track(task)
         if now:
             await asyncio.gather(*now)
-
-
-def _named(model: LoadedModel, namespace: str) -> None:
-    """The namespace statistics report and the key the response cache uses (--model-namespacing)."""
-    model.stats.namespace = namespace
-    model.cache_name = f"{namespace}/{model.name}" if namespace else model.name
 
 
 __all__ = ["VersionBuilder"]
