@@ -24,8 +24,8 @@ from modelhost.engine.scheduling.rate_limiter import RateLimiter
 from modelhost.engine.shared_memory import RESERVED_PREFIX, SharedMemoryRegistry
 from modelhost.errors import Unsupported
 from modelhost.frontends.console.settings import console_settings
-from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
-from modelhost.frontends.http.protocol import HttpProtocol, http_limits, start_http_server
+from modelhost.frontends.grpc.server import GrpcServer
+from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.metrics import (
     PolledMetrics,
@@ -257,7 +257,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
                 routes,
                 options.http_address,
                 options.http_port,
-                http_limits(options),
+                options.http_limits(),
                 reuse_port=options.reuse_http_port,
                 ssl=tls.http,
                 start_serving=False,
@@ -267,7 +267,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
         if options.allow_grpc and frontends is None:
             grpc_server = GrpcServer(
                 server,
-                grpc_limits(options),
+                options.grpc_limits(),
                 options.grpc_restricted_protocol,
                 options.grpc_header_forward_pattern,
             )
@@ -287,7 +287,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
                 sagemaker_routes,
                 options.http_address,
                 options.sagemaker_port,
-                http_limits(options),
+                options.http_limits(),
                 connections=connections,
                 ssl=tls.http,  # closed at shutdown with the HTTP endpoint's
             )
@@ -320,7 +320,7 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
                 vertex_routes,
                 options.http_address,
                 options.vertex_ai_port,
-                http_limits(options),
+                options.http_limits(),
                 connections=connections,
                 ssl=tls.http,
             )

@@ -21,8 +21,6 @@ import msgspec
 
 from modelhost.engine.engine import Engine
 from modelhost.frontends.console.settings import console_settings
-from modelhost.frontends.grpc.server import grpc_limits
-from modelhost.frontends.http.protocol import http_limits
 from modelhost.frontends.process import FrontendConfig
 from modelhost.frontends.tls import grpc_tls, http_tls
 from modelhost.options import ServerOptions
@@ -88,8 +86,8 @@ class FrontendSupervisor:
             parent_pid=os.getpid(),
             http_address=options.http_address,
             http_port=http_port,
-            http_limits=http_limits(options),
-            grpc_limits=grpc_limits(options),
+            http_limits=options.http_limits(),
+            grpc_limits=options.grpc_limits(),
             http_restricted_api=options.http_restricted_api,
             grpc_restricted_protocol=options.grpc_restricted_protocol,
             http_header_forward_pattern=options.http_header_forward_pattern,

@@ -19,8 +19,9 @@ from modelhost.engine.registry.entries import LoadSettings
 from modelhost.engine.registry.registry import ModelRegistry
 from modelhost.engine.shared_memory import SharedMemoryRegistry
 from modelhost.frontends.grpc.service import GrpcService
-from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol
+from modelhost.frontends.http.protocol import HttpProtocol
 from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.options.limits import HttpLimits
 from modelhost.repository.sources import open_repository
 
 T = TypeVar("T")

@@ -31,8 +31,9 @@ from frontends.grpc.peer import MemoryTransport
 from fuzz.harness import InProcessServer
 from modelhost.frontends.grpc.calls import AbortError
 from modelhost.frontends.grpc.calls import CallContext as GrpcCall
-from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
+from modelhost.frontends.grpc.connection import GrpcConnection
 from modelhost.frontends.grpc.server import GrpcServer
+from modelhost.options.limits import GrpcLimits
 
 # The statuses a malformed request may get; UNKNOWN and INTERNAL would be faults of the server's.
 FAULTS = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}

@@ -20,12 +20,13 @@ from modelhost.cluster.engine import ClusterEngine
 from modelhost.cluster.plan import ClusterPlan
 from modelhost.cluster.replica import REPORT_INTERVAL_S, TOKEN_VARIABLE
 from modelhost.cluster.sizing import measure, sized
-from modelhost.frontends.grpc.server import GrpcServer, grpc_limits
+from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol, http_limits, start_http_server
+from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.tls import TlsError, TlsPorts, grpc_tls, http_tls
 from modelhost.options import ServerOptions
+from modelhost.options.limits import HttpLimits
 
 log = logging.getLogger("modelhost.cluster")
 
@@ -117,14 +118,14 @@ async def serve(plan: ClusterPlan, settings: IngressSettings, stop: asyncio.Even
                 None,
             )
             http_server, connections = await start_http_server(
-                routes, settings.http_address, settings.http_port, http_limits(options), ssl=tls.http
+                routes, settings.http_address, settings.http_port, options.http_limits(), ssl=tls.http
             )
             settings.bound["http"] = int(http_server.sockets[0].getsockname()[1])
             log.info("Started HTTPService at %s:%d", settings.http_address, settings.bound["http"])
         if settings.grpc_port is not None:
             grpc_server = GrpcServer(
                 engine,
-                grpc_limits(options),
+                options.grpc_limits(),
                 options.grpc_restricted_protocol,
                 options.grpc_header_forward_pattern,
             )

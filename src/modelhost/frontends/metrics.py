@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.protocol import HttpLimits, start_http_server
+from modelhost.frontends.http.protocol import start_http_server
 from modelhost.observability.custom_metrics import CustomMetrics
 from modelhost.observability.stats import FIRST_RESPONSE_HISTOGRAM, ModelStats, Summary, metrics_config
 from modelhost.observability.stats import configure_metrics as configure_stats
 from modelhost.options import ServerOptions
+from modelhost.options.limits import HttpLimits
 from modelhost.options.metrics import MetricsConfig, parse_metrics_config
 
 log = logging.getLogger(__name__)

@@ -19,10 +19,9 @@ import sys
 import msgspec
 
 from modelhost.frontends.console.settings import ConsoleSettings
-from modelhost.frontends.grpc.connection import GrpcLimits
 from modelhost.frontends.grpc.server import GrpcServer
 from modelhost.frontends.http.buffer import BufferLimit
-from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol, start_http_server
+from modelhost.frontends.http.protocol import HttpProtocol, start_http_server
 from modelhost.frontends.http.routes import HttpRoutes
 from modelhost.frontends.sagemaker.routes import SageMakerRoutes
 from modelhost.frontends.sagemaker.settings import SageMakerSettings
@@ -30,6 +29,7 @@ from modelhost.frontends.tls import TlsError, TlsFiles, TlsPorts
 from modelhost.observability.log_settings import LogSettings
 from modelhost.observability.logs import configure_logging
 from modelhost.options import LogOptions
+from modelhost.options.limits import GrpcLimits, HttpLimits
 from modelhost.transport.client import connect
 
 log = logging.getLogger("modelhost.frontend")

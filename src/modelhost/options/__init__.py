@@ -5,15 +5,15 @@ every part may take its settings from here."""
 from __future__ import annotations
 
 from modelhost.options.backend_config import HONOURED_BACKEND_CONFIG
-from modelhost.options.log import LOG_FORMATS, LogOptions
-from modelhost.options.server import (
-    DEFAULT_FRONTEND_BUFFER_BYTE_SIZE,
+from modelhost.options.limits import (
     DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE,
     DEFAULT_HTTP_MAX_HEADER_SIZE,
     DEFAULT_HTTP_MAX_INPUT_SIZE,
-    MAX_FRONTEND_PROCESSES,
-    ServerOptions,
+    GrpcLimits,
+    HttpLimits,
 )
+from modelhost.options.log import LOG_FORMATS, LogOptions
+from modelhost.options.server import DEFAULT_FRONTEND_BUFFER_BYTE_SIZE, MAX_FRONTEND_PROCESSES, ServerOptions
 from modelhost.options.values import (
     auto_frontend_processes,
     bool_or_none,
@@ -30,6 +30,8 @@ __all__ = [
     "HONOURED_BACKEND_CONFIG",
     "LOG_FORMATS",
     "MAX_FRONTEND_PROCESSES",
+    "GrpcLimits",
+    "HttpLimits",
     "LogOptions",
     "ServerOptions",
     "auto_frontend_processes",

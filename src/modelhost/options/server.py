@@ -14,14 +14,15 @@ from modelhost.host.gpu_memory import GpuMemory
 from modelhost.host.host_policy import HostPolicyError, placements
 from modelhost.options.backend_config import backend_config_problems
 from modelhost.options.cache import parse_cache_config
+from modelhost.options.limits import GrpcLimits, HttpLimits
 from modelhost.options.log import LOG_FORMATS, LogOptions
 from modelhost.options.metrics import parse_metrics_config
 from modelhost.options.trace import parse_trace_config
 from modelhost.options.values import pattern_problem
 
-DEFAULT_HTTP_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, as tritonserver
-DEFAULT_HTTP_MAX_HEADER_SIZE = 1 << 16  # 64 KiB: the request line and headers together
-DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE = 1 << 26  # 64 MiB, as --http-max-input-size
+# The connection limits' defaults, each the default of its flag.
+_HTTP = HttpLimits()
+_GRPC = GrpcLimits()
 DEFAULT_FRONTEND_BUFFER_BYTE_SIZE = 1 << 28  # 256 MiB
 MAX_FRONTEND_PROCESSES = 64
 MODEL_CONTROL_MODES = ("none", "poll", "explicit")
@@ -57,24 +58,24 @@ class ServerOptions:
     allow_client_shm: bool = False  # clients may register and use system shared memory
     model_config_name: str | None = None
     auto_complete_config: bool = True
-    http_max_input_size: int = DEFAULT_HTTP_MAX_INPUT_SIZE
-    http_max_header_size: int = DEFAULT_HTTP_MAX_HEADER_SIZE
-    http_idle_timeout_secs: float = 75.0
-    http_request_timeout_secs: float = 30.0
-    grpc_max_decompressed_size: int = DEFAULT_GRPC_MAX_DECOMPRESSED_SIZE
-    grpc_idle_timeout_secs: float = 300.0
-    grpc_request_timeout_secs: float = 30.0
-    http_max_connections: int = 10_000
+    http_max_input_size: int = _HTTP.max_body
+    http_max_header_size: int = _HTTP.max_head
+    http_idle_timeout_secs: float = _HTTP.idle_timeout
+    http_request_timeout_secs: float = _HTTP.request_timeout
+    grpc_max_decompressed_size: int = _GRPC.max_decompressed_size
+    grpc_idle_timeout_secs: float = _GRPC.idle_timeout
+    grpc_request_timeout_secs: float = _GRPC.request_timeout
+    http_max_connections: int = _HTTP.max_connections
     # gRPC keepalive and connection age (milliseconds), tritonserver's flags and defaults.
-    grpc_keepalive_time: int = 7_200_000
-    grpc_keepalive_timeout: int = 20_000
-    grpc_keepalive_permit_without_calls: bool = False
-    grpc_http2_max_pings_without_data: int = 2
-    grpc_http2_min_recv_ping_interval_without_data: int = 300_000
-    grpc_http2_max_ping_strikes: int = 2
-    grpc_max_connection_age: int | None = None
-    grpc_max_connection_age_grace: int | None = None
-    grpc_max_connections: int = 10_000
+    grpc_keepalive_time: int = _GRPC.keepalive_time
+    grpc_keepalive_timeout: int = _GRPC.keepalive_timeout
+    grpc_keepalive_permit_without_calls: bool = _GRPC.keepalive_permit_without_calls
+    grpc_http2_max_pings_without_data: int = _GRPC.max_pings_without_data
+    grpc_http2_min_recv_ping_interval_without_data: int = _GRPC.min_recv_ping_interval
+    grpc_http2_max_ping_strikes: int = _GRPC.max_ping_strikes
+    grpc_max_connection_age: int | None = _GRPC.max_connection_age
+    grpc_max_connection_age_grace: int | None = _GRPC.max_connection_age_grace
+    grpc_max_connections: int = _GRPC.max_connections
     # --http-restricted-api and --grpc-restricted-protocol: category -> (header, value) (frontends/restrictions.py).
     http_restricted_api: dict[str, tuple[str, str]] = field(default_factory=dict)
     # TLS (frontends/tls.py): tritonserver's gRPC flags, and ours of the same shape for the HTTP and SageMaker ports.
@@ -146,6 +147,33 @@ class ServerOptions:
         problems = _problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+
+    def http_limits(self) -> HttpLimits:
+        """The limits of an HTTP connection (the HTTP, SageMaker and Vertex AI ports)."""
+        return HttpLimits(
+            max_body=self.http_max_input_size,
+            max_head=self.http_max_header_size,
+            idle_timeout=self.http_idle_timeout_secs,
+            request_timeout=self.http_request_timeout_secs,
+            max_connections=self.http_max_connections,
+        )
+
+    def grpc_limits(self) -> GrpcLimits:
+        """The limits of a gRPC connection."""
+        return GrpcLimits(
+            max_decompressed_size=self.grpc_max_decompressed_size,
+            idle_timeout=self.grpc_idle_timeout_secs,
+            request_timeout=self.grpc_request_timeout_secs,
+            max_connections=self.grpc_max_connections,
+            keepalive_time=self.grpc_keepalive_time,
+            keepalive_timeout=self.grpc_keepalive_timeout,
+            keepalive_permit_without_calls=self.grpc_keepalive_permit_without_calls,
+            max_pings_without_data=self.grpc_http2_max_pings_without_data,
+            min_recv_ping_interval=self.grpc_http2_min_recv_ping_interval_without_data,
+            max_ping_strikes=self.grpc_http2_max_ping_strikes,
+            max_connection_age=self.grpc_max_connection_age,
+            max_connection_age_grace=self.grpc_max_connection_age_grace,
+        )
 
     def gpu_memory(self) -> GpuMemory:
         """--cuda-memory-pool-byte-size and --model-load-gpu-limit, as the backends take them."""

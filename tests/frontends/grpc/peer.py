@@ -17,8 +17,9 @@ import h2.exceptions
 from hyperframe.frame import Frame
 
 from modelhost.frontends.grpc.calls import AbortError
-from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
+from modelhost.frontends.grpc.connection import GrpcConnection
 from modelhost.frontends.grpc.methods import Method
+from modelhost.options.limits import GrpcLimits
 
 OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 2, 3, 4, 5
 RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 8, 12, 13, 14

@@ -21,7 +21,8 @@ from frontends.grpc.peer import (
     run_with,
     still_serving,
 )
-from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
+from modelhost.frontends.grpc.connection import GrpcConnection
+from modelhost.options.limits import GrpcLimits
 
 
 def test_too_many_open_streams_close_the_connection() -> None:

@@ -11,9 +11,9 @@ import h2.errors
 from hyperframe.frame import GoAwayFrame, PingFrame
 
 from frontends.grpc.peer import Handlers, Peer, frame_types, framed, run_with, still_serving
-from modelhost.frontends.grpc.connection import GrpcLimits
 from modelhost.frontends.grpc.http2_frames import ErrorCode
 from modelhost.frontends.grpc.keepalive import Keepalive
+from modelhost.options.limits import GrpcLimits
 
 
 def test_an_unanswered_keepalive_ping_closes_the_connection() -> None:

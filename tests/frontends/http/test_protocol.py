@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from frontends.http.fake_transport import FakeTransport
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse
-from modelhost.frontends.http.protocol import HttpLimits, HttpProtocol
+from modelhost.frontends.http.protocol import HttpProtocol
+from modelhost.options.limits import HttpLimits
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 

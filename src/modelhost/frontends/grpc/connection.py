@@ -12,7 +12,6 @@ ping policy and the connection's age; this module adds the transport's events an
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from typing import cast
@@ -32,40 +31,9 @@ from modelhost.frontends.grpc.http2_frames import ProtocolError
 from modelhost.frontends.grpc.keepalive import Keepalive
 from modelhost.frontends.grpc.methods import Method
 from modelhost.observability.logs import RateLimitedLog
+from modelhost.options.limits import GrpcLimits
 
 log = logging.getLogger("modelhost.grpc")
-
-
-@dataclasses.dataclass(frozen=True)
-class GrpcLimits:
-    """What one connection may send and for how long (each has a flag: docs/grpc.md)."""
-
-    max_message_size: int = 2**31 - 1  # bytes of one message as sent, each way (Triton's limit)
-    # Bytes a compressed message may inflate to (--grpc-max-decompressed-size).
-    max_decompressed_size: int = 1 << 26
-    # Seconds a connection may stay without a call before it is sent GOAWAY and closed (--grpc-idle-timeout-secs):
-    # clients reconnect by themselves at their next call.
-    idle_timeout: float = 300.0
-    # Seconds a unary call's request may go without a byte before it is answered DEADLINE_EXCEEDED, and a new
-    # connection may take to start its first call (--grpc-request-timeout-secs).
-    request_timeout: float = 30.0
-    # Open connections of this process (--grpc-max-connections); one more is closed at once.
-    max_connections: int = 10_000
-    # Keepalive and ping policy, tritonserver's flags with gRPC's defaults (milliseconds): the server pings a
-    # connection silent for `keepalive_time` (only while it has calls, unless `keepalive_permit_without_calls`),
-    # at most `max_pings_without_data` times between answers (0: no limit), and closes it when a ping is not
-    # acknowledged within `keepalive_timeout`. A client's pings closer than `min_recv_ping_interval` (2 hours
-    # while it has no call, unless permitted) are strikes; past `max_ping_strikes` (0: any number) it is sent
-    # GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
-    keepalive_time: int = 7_200_000
-    keepalive_timeout: int = 20_000
-    keepalive_permit_without_calls: bool = False
-    max_pings_without_data: int = 2
-    min_recv_ping_interval: int = 300_000
-    max_ping_strikes: int = 2
-    # GOAWAY once a connection is this old, then closed after the grace (None: never).
-    max_connection_age: int | None = None
-    max_connection_age_grace: int | None = None
 
 
 _refusals = RateLimitedLog()

@@ -15,31 +15,13 @@ from tritonclient.grpc import service_pb2
 
 from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, EngineAPI
 from modelhost.frontends.grpc.calls import AbortError
-from modelhost.frontends.grpc.connection import GrpcConnection, GrpcLimits
+from modelhost.frontends.grpc.connection import GrpcConnection
 from modelhost.frontends.grpc.methods import Method, methods_of
 from modelhost.frontends.grpc.service import GrpcService, HealthService, SharedMemoryService
 from modelhost.frontends.restrictions import Restrictions, refusal
-from modelhost.options import ServerOptions
+from modelhost.options.limits import GrpcLimits
 
 log = logging.getLogger("modelhost.grpc")
-
-
-def grpc_limits(options: ServerOptions) -> GrpcLimits:
-    """The limits the server's flags set."""
-    return GrpcLimits(
-        max_decompressed_size=options.grpc_max_decompressed_size,
-        idle_timeout=options.grpc_idle_timeout_secs,
-        request_timeout=options.grpc_request_timeout_secs,
-        max_connections=options.grpc_max_connections,
-        keepalive_time=options.grpc_keepalive_time,
-        keepalive_timeout=options.grpc_keepalive_timeout,
-        keepalive_permit_without_calls=options.grpc_keepalive_permit_without_calls,
-        max_pings_without_data=options.grpc_http2_max_pings_without_data,
-        min_recv_ping_interval=options.grpc_http2_min_recv_ping_interval_without_data,
-        max_ping_strikes=options.grpc_http2_max_ping_strikes,
-        max_connection_age=options.grpc_max_connection_age,
-        max_connection_age_grace=options.grpc_max_connection_age_grace,
-    )
 
 
 # The restricted-protocol category of each method of the inference service (grpc_server.cc, infer_handler.cc);

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import logging
 import time
 from ssl import SSLContext
@@ -19,7 +18,7 @@ import httptools
 
 from modelhost.frontends.http.messages import Handler, HttpRequest, HttpResponse, error_response
 from modelhost.observability.logs import RateLimitedLog
-from modelhost.options import ServerOptions
+from modelhost.options.limits import HttpLimits
 
 log = logging.getLogger("modelhost.http")
 
@@ -45,36 +44,6 @@ _MAX_PIPELINED = 32
 MAX_HEADER_COUNT = 1000
 # Seconds a connection refused mid-request still reads (and drops) what its client sends, after the answer.
 _LINGER_S = 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class HttpLimits:
-    """What one connection may hold and for how long (each has a flag: docs/protocols.md)."""
-
-    max_body: int  # bytes of a request body, also after decompression (--http-max-input-size)
-    # Bytes of a request line and headers together (--http-max-header-size): httptools holds them whole until
-    # they end, so they are bounded, as the body is.
-    max_head: int = 1 << 16
-    # Seconds a keep-alive connection may wait for its next request (--http-idle-timeout-secs): longer than the
-    # 60 s of common load balancers, so that they, not the server, close idle connections.
-    idle_timeout: float = 75.0
-    # Seconds a request's line and headers may take to arrive whole, and its body may go without a byte
-    # (--http-request-timeout-secs): a client that trickles its request (slowloris) or stops halfway (a
-    # Content-Length of 1 GB with a small body) does not hold its connection for ever.
-    request_timeout: float = 30.0
-    # Open connections of this process (--http-max-connections); one more is answered 503 and closed.
-    max_connections: int = 10_000
-
-
-def http_limits(options: ServerOptions) -> HttpLimits:
-    """The limits the server's flags set."""
-    return HttpLimits(
-        max_body=options.http_max_input_size,
-        max_head=options.http_max_header_size,
-        idle_timeout=options.http_idle_timeout_secs,
-        request_timeout=options.http_request_timeout_secs,
-        max_connections=options.http_max_connections,
-    )
 
 
 _refusals = RateLimitedLog()
