@@ -89,7 +89,7 @@ class Exchange:
         return elapsed
 
     def close(self) -> None:
-        self.stub.connection.arena.close()
+        self.stub.connection.close()
         self.arena.close()
 
 

@@ -58,6 +58,14 @@ class Connection:
         self._reader = threading.Lock()
         self._read = threading.Condition()
 
+    def close(self) -> None:
+        """Everything the connection holds, for a stub whose process goes on (tests, benchmarks): the stub's own
+        process ends with os._exit once its arena is gone."""
+        for sock in (self.channel.sock, self._wake_r, self._wake_w):
+            sock.close()
+        self.arena.close()
+        self.segments.close()
+
     # -- messages out ------------------------------------------------------------------------------------------
 
     def next_id(self) -> int:
