@@ -62,20 +62,20 @@ class Metric:
         self._update("increment", amount, failure)
 
     def set(self, value: float) -> None:
-        amount = _metric_value(value, "set")
-        kind = self._family._kind
-        failure = "Failed to set metric value"
-        if kind != MetricKind.GAUGE:
-            raise TritonModelException(f"{failure}: {_CORE_KIND[kind]} does not support Set")
-        self._update("set", amount, failure)
+        self._update_of_one_kind(MetricKind.GAUGE, "set", "Set", value)
 
     def observe(self, value: float) -> None:
-        amount = _metric_value(value, "observe")
+        self._update_of_one_kind(MetricKind.HISTOGRAM, "observe", "Observe", value)
+
+    def _update_of_one_kind(self, only: MetricKind, op: str, core_name: str, value: float) -> None:
+        """An update only a metric of kind `only` takes (core's `TRITONSERVER_MetricSet` / `...Observe`, named
+        `core_name` in its message)."""
+        amount = _metric_value(value, op)
         kind = self._family._kind
-        failure = "Failed to observe metric value"
-        if kind != MetricKind.HISTOGRAM:
-            raise TritonModelException(f"{failure}: {_CORE_KIND[kind]} does not support Observe")
-        self._update("observe", amount, failure)
+        failure = f"Failed to {op} metric value"
+        if kind != only:
+            raise TritonModelException(f"{failure}: {_CORE_KIND[kind]} does not support {core_name}")
+        self._update(op, amount, failure)
 
     def value(self) -> float:
         failure = "Failed to get metric value"
