@@ -45,6 +45,8 @@ class Connection:
         self._streams: dict[int, queue.Queue[dict[str, Any]]] = {}
         self._async_waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[dict[str, Any]]]] = {}
         self._frees: list[tuple[str, int]] = []  # the server's blocks we are done with
+        # The server's blocks with the inputs of requests still alive (decoupled ones outlive execute), by key.
+        self.inputs: dict[int, list[tuple[str, int]]] = {}
         self._frees_lock = threading.Lock()
         self._pid = os.getpid()
         self._busy = False
@@ -95,6 +97,13 @@ class Connection:
         """The server's blocks we are done with: their free list goes with our next message."""
         with self._frees_lock:
             self._frees.extend(blocks)
+
+    def release_inputs(self, key: int) -> None:
+        """The input blocks of request `key` go back to the server (with our next message)."""
+        blocks = self.inputs.pop(key, None)
+        if blocks:
+            with self._frees_lock:
+                self._frees.extend(blocks)
 
     # -- waiting for replies -----------------------------------------------------------------------------------
 

@@ -20,14 +20,16 @@ class Executor:
     def __init__(self, connection: Connection, runner: ModelRunner) -> None:
         self.connection = connection
         self.runner = runner
-        # Input blocks of requests still alive (decoupled ones outlive execute), by request key.
-        self._inputs: dict[int, list[tuple[str, int]]] = {}
+        # The connection's, which stay the same objects: read on every request.
+        self.segments = connection.segments
+        self.inputs = connection.inputs
+        self.cancelled = connection.cancelled
         # Responses of a default-mode model sent through a request's sender (not returned), by request key: they
         # go back with the execute's reply.
         self.sent: dict[int, dict[str, Any] | None] = {}
 
     def on_execute(self, message: dict[str, Any]) -> None:
-        runner = self.runner
+        runner, connection = self.runner, self.connection
         keys = [r["key"] for r in message["requests"]]
         reply: dict[str, Any] = {"op": "executed", "id": message["id"], "error": None, "responses": None}
         executed = False
@@ -50,26 +52,25 @@ class Executor:
             if rescheduled:
                 reply["rescheduled"] = rescheduled
                 for index in rescheduled:  # run again, the server sends its inputs anew
-                    self.release_inputs(keys[index])
+                    connection.release_inputs(keys[index])
         except BaseException as e:
             reply["error"] = (
                 f"Failed to process the request(s) for model '{runner.instance_name}', message: {error_text(e)}"
             )
         finally:
-            cancelled = self.connection.cancelled
             for key in keys:
                 self.sent.pop(key, None)
-                cancelled.discard(key)
+                self.cancelled.discard(key)
                 # A decoupled model's inputs last until its final response.
                 if not runner.decoupled or not executed:
-                    self.release_inputs(key)
-        self.connection.channel_send(reply)
+                    connection.release_inputs(key)
+        connection.channel_send(reply)
 
     def _request(self, data: dict[str, Any]) -> pb_utils.InferenceRequest:
         runner = self.runner
         refs = as_refs(data["inputs"])
-        self._inputs[data["key"]] = shared_blocks(refs)
-        segments = self.connection.segments
+        self.inputs[data["key"]] = shared_blocks(refs)
+        segments = self.segments
         if runner.input_device is None:
             tensors = [pb_utils.Tensor._in_place(ref.name, view_tensor(segments, ref)) for ref in refs]
         else:
@@ -91,18 +92,11 @@ class Executor:
             trace_id=data.get("trace_id", 0),
         )
 
-    def release_inputs(self, key: int) -> None:
-        """The request's input blocks go back to the server (with our next message)."""
-        blocks = self._inputs.pop(key, None)
-        if blocks:
-            self.connection.release_server_blocks(blocks)
-
     def _responses(
         self, requests: list[pb_utils.InferenceRequest], keys: list[int], returned: Any, rescheduled: set[int]
     ) -> list[dict[str, Any] | None]:
-        sent = self.sent
-        if returned is None and all(k in sent or i in rescheduled for i, k in enumerate(keys)):
-            return [sent.get(k) for k in keys]  # every response went through its sender
+        if returned is None and all(k in self.sent or i in rescheduled for i, k in enumerate(keys)):
+            return [self.sent.get(k) for k in keys]  # every response went through its sender
         if not isinstance(returned, list | tuple):
             raise ExecuteError(
                 f"Expected a list in the execute return, received type '{type(returned).__name__}'."
@@ -123,7 +117,7 @@ class Executor:
                 described.append(None)
                 continue
             if response is None:
-                described.append(sent.get(key))
+                described.append(self.sent.get(key))
                 continue
             # As Triton: a returned response counts as the request's one response (an error if the model also
             # sent one through the request's sender).
@@ -139,11 +133,10 @@ class Executor:
                 f"'{type(response).__name__}'."
             )
         error = response.error()
-        arena = self.connection.arena
         outputs = (
             []
             if error is not None
-            else [put_tensor(arena, t.name(), t._host_array()) for t in response.output_tensors()]
+            else [put_tensor(self.connection.arena, t.name(), t._host_array()) for t in response.output_tensors()]
         )
         return {
             "outputs": outputs,

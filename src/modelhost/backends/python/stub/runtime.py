@@ -32,7 +32,7 @@ class StubRuntime:
             return
         self.connection.channel_send({"op": "response", "key": key, "response": described, "flags": flags})
         if flags & FINAL:
-            executor.release_inputs(key)
+            self.connection.release_inputs(key)
 
     def is_cancelled(self, key: int) -> bool:
         cancelled = self.connection.cancelled
