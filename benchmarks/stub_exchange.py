@@ -25,6 +25,7 @@ from reference_repo import IDENTITY_PY
 
 from modelhost.backends.python import pb_utils
 from modelhost.backends.python.ipc import Arena, FrameReader, put_tensor
+from modelhost.backends.python.pb_utils.runtime import set_runtime
 from modelhost.backends.python.stub import Stub
 
 
@@ -37,12 +38,13 @@ class Exchange:
         self.server_end.setblocking(False)
         self.stub = Stub(stub_end, f"mhbench_s{os.getpid()}_", 1 << 20, 1 << 20)
         sys.modules["triton_python_backend_utils"] = pb_utils
-        pb_utils._set_runtime(self.stub)
+        set_runtime(self.stub.runtime)
         namespace: dict[str, Any] = {}
         exec(compile(IDENTITY_PY, "model.py", "exec"), namespace)
-        self.stub.model = namespace["TritonPythonModel"]()
-        self.stub.model_name = self.stub.instance_name = "identity"
-        self.stub.initialized = True
+        runner = self.stub.runner
+        runner.model = namespace["TritonPythonModel"]()
+        runner.model_name = runner.instance_name = "identity"
+        runner.initialized = True
         self.arena = Arena(f"mhbench_e{os.getpid()}_", 1 << 20, 1 << 20)
         self.reader = FrameReader()
         self.frees: list[tuple[str, int]] = []
@@ -68,11 +70,12 @@ class Exchange:
         reply read."""
         message = self.message()
         started = time.perf_counter()
+        handle = self.stub.connection.handle  # what the stub's main loop calls for each message
         if count is None:
-            self.stub.handle(message)
+            handle(message)
         else:
             with count:
-                self.stub.handle(message)
+                handle(message)
         elapsed = time.perf_counter() - started
         try:
             while data := self.server_end.recv(1 << 20):
@@ -86,7 +89,7 @@ class Exchange:
         return elapsed
 
     def close(self) -> None:
-        self.stub.arena.close()
+        self.stub.connection.close()
         self.arena.close()
 
 

@@ -16,6 +16,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelhost.backends.python import gpu_tensors, pb_utils
 from modelhost.backends.python.instance import input_device
+from modelhost.backends.python.pb_utils.tensors import _Capsule
 from modelhost.errors import ModelConfigError
 
 
@@ -75,7 +76,7 @@ def test_a_cuda_tensor_is_held_not_copied(stand_in: StandIn) -> None:
     ):
         tensor.as_numpy()
     # to_dlpack() exports the framework tensor's own memory (here a host array, so numpy can look at it).
-    assert np.shares_memory(np.from_dlpack(pb_utils._Capsule(tensor.to_dlpack())), device.array)
+    assert np.shares_memory(np.from_dlpack(_Capsule(tensor.to_dlpack())), device.array)
     np.testing.assert_array_equal(tensor._host_array(), device.array)  # what crosses to the server
     assert "cuda:1" in repr(tensor)
 

@@ -1,5 +1,6 @@
-"""A python model calling the engine: BLS requests (one response, or a decoupled stream of them) and model control
-(load, unload, readiness), each answered to the model whatever happens, with Triton's wording and error codes."""
+"""A python model calling the server: BLS requests (one response, or a decoupled stream of them) and model control
+(load, unload, readiness), each answered to the model whatever happens, with Triton's wording and error codes; and
+what it tells the server: its log lines, its custom metrics, the activities it reports in a request's trace."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+import os
 from typing import Any
 
 from modelhost.backends.api import BackendServices
@@ -60,20 +61,12 @@ def error_code(error: ModelhostError) -> int:
 
 
 class ModelCalls:
-    """The calls one instance's model makes: `name` names the instance in the log; `send` sends a message to the
-    stub on the event loop."""
+    """The calls one instance's model makes (on the event loop): `name` names the instance in the log."""
 
-    def __init__(
-        self,
-        name: str,
-        services: BackendServices,
-        stub_timeout_s: float,
-        send: Callable[[Stub, dict[str, Any]], None],
-    ) -> None:
+    def __init__(self, name: str, services: BackendServices, stub_timeout_s: float) -> None:
         self.name = name
         self.services = services
         self.stub_timeout_s = stub_timeout_s
-        self._send = send
         # The traces of the traced requests the model is running, by id: its BLS requests that name one (through
         # `trace=request.trace()`) are traced as that trace's children.
         self.traces: dict[int, Any] = {}
@@ -160,21 +153,20 @@ class ModelCalls:
         self, stub: Stub, reply_id: int, outputs: list[Tensor], error: ModelhostError | None, final: bool
     ) -> None:
         refs = [put_tensor(stub.arena, t.name, t.data, t.datatype) for t in outputs]
-        self._send(
-            stub,
+        stub.send(
             {
                 "op": "reply",
                 "id": reply_id,
                 "outputs": refs,
                 "error": None if error is None else (str(error), error_code(error)),
                 "final": final,
-            },
+            }
         )
 
     async def on_control(self, stub: Stub, message: dict[str, Any]) -> None:
         result, error = await self.control(message)
         with contextlib.suppress(StubFailed):
-            self._send(stub, {"op": "reply", "id": message["id"], "result": result, "error": error})
+            stub.send({"op": "reply", "id": message["id"], "result": result, "error": error})
 
     def on_control_while_starting(self, stub: Stub, message: dict[str, Any]) -> None:
         """Model control from `initialize` (Triton serves it: a model may load the models it calls), on the
@@ -226,3 +218,36 @@ class ModelCalls:
             log.exception("model control request of model instance '%s' failed", self.name)
             error = f"{type(e).__name__}: {e}"
         return result, error
+
+    # -- what the model tells the server -----------------------------------------------------------------------
+
+    def on_log(self, message: dict[str, Any]) -> None:
+        level = {"INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR}.get(
+            message["level"], logging.DEBUG
+        )
+        where = f"{os.path.basename(message.get('file') or 'model.py')}:{message.get('line', 0)}"
+        log.log(level, "%s: %s", where, message["message"])
+
+    def on_trace_activity(self, message: dict[str, Any]) -> None:
+        """A custom activity, in a request that is still running."""
+        trace = self.traces.get(message["trace"])
+        if trace is not None:
+            trace.stamp(str(message["name"]), int(message["ns"]))
+
+    def on_metric(self, stub: Stub, message: dict[str, Any]) -> None:
+        metrics = self.services.custom_metrics
+        op = message["op"]
+        try:
+            if op == "metric_family":
+                metrics.register_family(message["name"], message["description"], message["kind"])
+            elif op == "metric":
+                metrics.register(
+                    stub.number, message["metric"], message["family"], message["labels"], message["buckets"]
+                )
+            elif op == "metric_update":
+                metrics.update(stub.number, message["metric"], message["update"], message["value"])
+            else:
+                value = metrics.value(stub.number, message["metric"])
+                stub.send({"op": "reply", "id": message["id"], "value": value})
+        except ModelhostError as e:
+            log.error("model instance '%s': %s", self.name, e)

@@ -74,6 +74,7 @@ class Stub:
     """One stub process and the memory and messages that live and die with it."""
 
     number: int  # unique in this server: names its shared memory and its metrics
+    instance_name: str  # the model instance it runs
     prefix: str  # of its shared-memory files
     process: subprocess.Popen[bytes]
     sock: socket.socket
@@ -91,6 +92,15 @@ class Stub:
     closing: bool = False
     # Killed by us for a request timeout, whose batch was answered then: every batch left had not begun.
     killed_after_answer: bool = False
+
+    def send(self, message: dict[str, Any]) -> None:
+        """A message to the stub, on the event loop, with the free list of its blocks we are done with."""
+        if self.frees:
+            message["free"], self.frees = self.frees, []
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            raise StubFailed(f"the stub process of model instance '{self.instance_name}' is not running")
+        transport.write(ipc.encode(message))
 
 
 class StubProtocol(asyncio.Protocol):
