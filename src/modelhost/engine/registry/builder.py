@@ -132,7 +132,7 @@ class VersionBuilder:
             except Exception as e:  # a backend fault at load fails this version only
                 error = load_error(name, version, e)
                 if isinstance(error, OutOfMemory):
-                    attempts = attempt  # more memory will not appear by trying again
+                    break  # more memory will not appear by trying again
             else:
                 model.stats.load_duration_s = time.monotonic() - started
                 log.info("loaded '%s' version %d (%.2f s)", name, version, time.monotonic() - started)
