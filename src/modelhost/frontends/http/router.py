@@ -72,10 +72,10 @@ class _Family(Generic[E]):
     """The patterns that differ only in their literal tail (`.../infer`, `.../ready`): one regex for them all, each
     tail a group of its own at the end, so that the last group that matched (`lastindex`) picks the resource."""
 
-    __slots__ = ("by_group", "head", "prefix", "regex", "tails", "unquoted")
+    __slots__ = ("by_group", "head", "prefixes", "regex", "tails", "unquoted")
 
-    def __init__(self, prefix: str, head: str, unquoted: tuple[str, ...]) -> None:
-        self.prefix = prefix
+    def __init__(self, prefixes: tuple[str, ...], head: str, unquoted: tuple[str, ...]) -> None:
+        self.prefixes = prefixes
         self.head = head
         self.unquoted = unquoted
         self.tails: dict[str, Resource[E]] = {}
@@ -91,24 +91,27 @@ class _Family(Generic[E]):
         self.by_group = [None] * first + [self.tails[t] for t in tails]
 
 
-def _split(pattern: str) -> tuple[str, str, str, tuple[str, ...]]:
-    """A pattern's literal prefix, its head as a regex, its literal tail, and its parameters to unquote."""
+def _split(pattern: str) -> tuple[tuple[str, ...], str, str, tuple[str, ...]]:
+    """A pattern's literal prefixes (every path it matches starts with one of them), its head as a regex, its
+    literal tail, and its parameters to unquote."""
     regex: list[str] = []
     unquoted: list[str] = []
+    prefixes: tuple[str, ...] = ()
     position = 0
-    prefix_end = -1
     head_end = 0
     for part in _PART.finditer(pattern):
-        if prefix_end < 0:
-            prefix_end = part.start()
-        regex.append(re.escape(pattern[position : part.start()]))
+        literal = pattern[position : part.start()]
         name, converter = part.group(1), part.group(2)
+        words = converter.split("|") if converter is not None and "|" in converter else []
+        if not prefixes:
+            prefixes = tuple(literal + word for word in words) or (literal,)
+        regex.append(re.escape(literal))
         if part.group() == "[":
             regex.append("(?:")
         elif part.group() == "]":
             regex.append(")?")
-        elif converter is not None and "|" in converter:
-            regex.append(f"(?P<{name}>{'|'.join(re.escape(word) for word in converter.split('|'))})")
+        elif words:
+            regex.append(f"(?P<{name}>{'|'.join(re.escape(word) for word in words)})")
         elif converter in _CONVERTERS:
             regex.append(f"(?P<{name}>{_CONVERTERS[converter]})")
             if converter is None:
@@ -116,9 +119,9 @@ def _split(pattern: str) -> tuple[str, str, str, tuple[str, ...]]:
         else:
             raise ValueError(f"unknown converter '{converter}' in route pattern '{pattern}'")
         position = head_end = part.end()
-    if prefix_end < 0:
-        return pattern, "", pattern, ()
-    return pattern[:prefix_end], "".join(regex), pattern[head_end:], tuple(unquoted)
+    if not prefixes:
+        return (pattern,), "", pattern, ()
+    return prefixes, "".join(regex), pattern[head_end:], tuple(unquoted)
 
 
 class Router(Generic[E]):
@@ -135,13 +138,13 @@ class Router(Generic[E]):
             resource = self.resources.get(route.pattern)
             if resource is None:
                 resource = self.resources[route.pattern] = Resource(route.pattern, route.category)
-                prefix, head, tail, unquoted = _split(route.pattern)
+                prefixes, head, tail, unquoted = _split(route.pattern)
                 if not head:
                     self.static[route.pattern] = resource
                 else:
                     family = families.get(head)
                     if family is None:
-                        family = families[head] = _Family(prefix, head, unquoted)
+                        family = families[head] = _Family(prefixes, head, unquoted)
                         self.families.append(family)
                     family.tails[tail] = resource
             if resource.category != route.category:
@@ -160,7 +163,7 @@ class Router(Generic[E]):
         resource = self.static.get(path)
         if resource is None:
             for family in self.families:
-                if path.startswith(family.prefix):
+                if path.startswith(family.prefixes):
                     m = family.regex.fullmatch(path)
                     if m is not None:
                         resource = family.by_group[m.lastindex or 0]
