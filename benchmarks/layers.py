@@ -35,6 +35,7 @@ _MODULES = (
     ("frontends/grpc/hpack_cache.py", "socket & parsing"),
     ("frontends/grpc/server.py", "socket & parsing"),
     ("frontends/http/routes.py", "routing & handlers"),
+    ("frontends/http/router.py", "routing & handlers"),
     ("frontends/http/buffer.py", "routing & handlers"),
     ("engine/", "engine"),
     ("engine_api.py", "engine"),
@@ -50,6 +51,8 @@ _MODULES = (
 _CODECS = (
     "frontends/http/infer_codec.py",
     "frontends/http/infer.py",
+    "frontends/http/bodies.py",
+    "frontends/tracing.py",
     "frontends/http/compression.py",
     "frontends/grpc/codec.py",
     "frontends/grpc/methods.py",

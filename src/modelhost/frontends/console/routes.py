@@ -30,10 +30,6 @@ _NO_STORE = [("Cache-Control", "no-store")]
 _ASSET_CACHE = [("Cache-Control", "max-age=300")]
 
 
-def is_console_path(path: str) -> bool:
-    return path == "/" or path.startswith("/console/")
-
-
 @functools.cache
 def _assets() -> dict[str, tuple[bytes, str]]:
     """Every asset the package ships, by file name: its bytes and content type (read once, at the first request

@@ -1,6 +1,6 @@
-"""Triton's extensions over HTTP: shared memory (system and CUDA), trace settings, logging settings and the model
-repository, with Triton's messages. Each reads its JSON body through `read_json` (decompressed and checked by the
-routes) only once its method and path are known to be right, as Triton orders its errors."""
+"""Triton's extensions over HTTP that read their bodies: shared memory registration (system and CUDA) and the model
+repository, with Triton's messages. Each reads its JSON body through `read_json` (inflated and checked by the
+routes) only once it has checked what Triton checks first, as Triton orders its errors."""
 
 from __future__ import annotations
 
@@ -10,31 +10,15 @@ from collections.abc import Callable
 
 from modelhost.engine_api import CUDA_SHM, SYSTEM_SHM, EngineAPI, ShmKind
 from modelhost.errors import InvalidArgument
-from modelhost.frontends.http.messages import (
-    HttpRequest,
-    HttpResponse,
-    error_response,
-    json_response,
-    method_not_allowed,
-    ok,
-)
+from modelhost.frontends.http.messages import HttpResponse, error_response, json_response, ok
 from modelhost.host.cuda_runtime import IPC_HANDLE_SIZE
 
 # The request's body as a JSON object, `what` naming it in the error when it is not one.
 ReadJson = Callable[[str], dict[str, object]]
 
 
-async def shared_memory(
-    engine: EngineAPI, request: HttpRequest, read_json: ReadJson, kind: ShmKind, region: str, action: str
-) -> HttpResponse:
-    """The system_shared_memory and cuda_shared_memory extensions."""
-    if request.method != ("GET" if action == "status" else "POST"):
-        return method_not_allowed()
-    if action == "status":
-        return json_response(await engine.shared_memory_status(kind, region))
-    if action == "unregister":
-        await engine.unregister_shared_memory(kind, region)
-        return ok()
+async def register_shared_memory(engine: EngineAPI, kind: ShmKind, region: str, read_json: ReadJson) -> None:
+    """POST /v2/{system,cuda}sharedmemory/region/{region}/register."""
     await engine.check_shared_memory(SYSTEM_SHM)  # the extension is on
     if not region:
         raise InvalidArgument(f"'region name' is necessary to register {kind} shared memory region")
@@ -42,7 +26,7 @@ async def shared_memory(
         await engine.check_shared_memory(kind)  # without a GPU: 501 with the reason, whatever the body
         handle, device_id, byte_size = _cuda_register_body(read_json("shared memory register request"))
         await engine.register_cuda_shared_memory(region, handle, device_id, byte_size)
-        return ok()
+        return
     doc = read_json("shared memory register request")
     key = doc.get("key")
     if key is None:
@@ -54,44 +38,25 @@ async def shared_memory(
     await engine.register_system_shared_memory(
         region, key, _unsigned(doc, "offset", 0), _unsigned(doc, "byte_size")
     )
-    return ok()
 
 
-async def trace_settings(
-    engine: EngineAPI, request: HttpRequest, read_json: ReadJson, model: str = ""
+async def repository_index(engine: EngineAPI, repository: str, read_json: ReadJson) -> HttpResponse:
+    """POST /v2/repository[/{repository}]/index."""
+    if repository:
+        return _no_repository_names()
+    ready = read_json("repository request").get("ready", False)
+    if not isinstance(ready, bool):
+        raise InvalidArgument("'ready' must be a boolean")
+    return json_response(await engine.repository_index(ready))
+
+
+async def load_or_unload(
+    engine: EngineAPI, repository: str, action: str, name: str, read_json: ReadJson
 ) -> HttpResponse:
-    """The trace extension: GET or POST /v2[/models/{m}]/trace/setting."""
-    if request.method == "GET":
-        return json_response(await engine.trace_settings(model))
-    if request.method != "POST":
-        return method_not_allowed()
-    return json_response(await engine.trace_settings(model, read_json("trace settings")))
-
-
-async def logging_settings(engine: EngineAPI, request: HttpRequest, read_json: ReadJson) -> HttpResponse:
-    """The logging extension: GET or POST /v2/logging."""
-    if request.method == "GET":
-        return json_response(await engine.logging_settings())
-    if request.method != "POST":
-        return method_not_allowed()
-    return json_response(await engine.logging_settings(read_json("logging settings")))
-
-
-async def repository(
-    engine: EngineAPI, request: HttpRequest, read_json: ReadJson, repo: str | None, action: str, name: str
-) -> HttpResponse:
-    """The model repository extension: the index, load and unload."""
-    if request.method != "POST":
-        return method_not_allowed()
-    if repo is not None:
-        return error_response(501, "'repository_name' specification is not supported")
-    doc = read_json("repository request")
-    if action == "index":
-        ready = doc.get("ready", False)
-        if not isinstance(ready, bool):
-            raise InvalidArgument("'ready' must be a boolean")
-        return json_response(await engine.repository_index(ready))
-    parameters = doc.get("parameters", {})
+    """POST /v2/repository[/{repository}]/models/{name}/load (`action`), or /unload."""
+    if repository:
+        return _no_repository_names()
+    parameters = read_json("repository request").get("parameters", {})
     if not isinstance(parameters, dict):
         raise InvalidArgument("'parameters' must be a JSON object")
     if action == "load":
@@ -99,6 +64,10 @@ async def repository(
     else:
         await engine.unload_model(name, parameters)
     return ok()
+
+
+def _no_repository_names() -> HttpResponse:
+    return error_response(501, "'repository_name' specification is not supported")
 
 
 def _unsigned(doc: dict[str, object], field: str, default: int | None = None) -> int:

@@ -24,7 +24,13 @@ from urllib.parse import quote
 from modelhost.errors import ModelhostError
 from modelhost.frontends.http.binary_mime import as_kserve
 from modelhost.frontends.http.messages import HttpRequest, HttpResponse, error_response
-from modelhost.frontends.http.routes import HttpRoutes
+from modelhost.frontends.http.routes import (
+    MODEL,
+    REPOSITORY,
+    REPOSITORY_CONTROL,
+    SHARED_MEMORY,
+    HttpRoutes,
+)
 from modelhost.frontends.http.statuses import failure_response
 from modelhost.frontends.vertex_ai.settings import VertexAiSettings
 
@@ -33,11 +39,25 @@ log = logging.getLogger("modelhost.vertex_ai")
 BINARY_CONTENT_TYPE = "application/vnd.vertex-ai-triton.binary+json;json-header-size="
 REDIRECT = "x-vertex-ai-triton-redirect"
 
-# The endpoints a redirect may name; each with the method the HTTP route expects.
-_MODEL = re.compile(r"/v2/models/[^/]+(?:/versions/[0-9]+)?(?:/(ready|infer|config|stats))?")
-_SERVER = re.compile(r"/v2(?:/health/(?:live|ready))?")
-_SHARED_MEMORY = re.compile(r"/v2/(?:system|cuda)sharedmemory(?:/region/[^/]+)?/(status|register|unregister)")
-_REPOSITORY = re.compile(r"/v2/repository(?:/[^/]+)?/(index|models/[^/]+/(?:load|unload))")
+# The endpoints a redirect may name, by their patterns in the HTTP port's route table: each is served with the
+# method of its route.
+_SERVED = frozenset(
+    {
+        "/v2",
+        "/v2/health/live",
+        "/v2/health/ready",
+        "/v2/models/stats",
+        MODEL,
+        MODEL + "/ready",
+        MODEL + "/config",
+        MODEL + "/stats",
+        MODEL + "/infer",
+        SHARED_MEMORY + "/status",
+        REPOSITORY + "/index",
+    }
+)
+# The endpoints that change the server: refused (403), they are the HTTP port's.
+_REFUSED = frozenset({SHARED_MEMORY + "/register", SHARED_MEMORY + "/unregister", REPOSITORY_CONTROL})
 _NOT_COMPRESSED = ("content-encoding", "accept-encoding")
 
 
@@ -72,7 +92,7 @@ class VertexAiRoutes:
             return error_response(405, "Method Not Allowed")
         endpoint = "/" + target
         log.debug("redirecting Vertex AI request: %s", endpoint)
-        method = _method(endpoint)
+        method = self._method(endpoint)
         if method == "metrics":
             return HttpResponse(200, self.metrics(), content_type="text/plain; charset=utf-8; version=0.0.4")
         if method == "refused":
@@ -81,6 +101,20 @@ class VertexAiRoutes:
             return error_response(400, f"'{endpoint}' is not an endpoint Vertex AI's redirect serves")
         return await self.http(dataclasses.replace(request, method=method, path=endpoint, query=""))
 
+    def _method(self, endpoint: str) -> str:
+        """The HTTP method the endpoint is served with; "metrics", "refused" (403) or "" (400)."""
+        if endpoint == "/metrics":
+            return "metrics"
+        matched = self.http.router.match("POST", endpoint)
+        if matched is None:
+            return ""
+        resource = matched[0]
+        if resource.pattern in _REFUSED:
+            return "refused"
+        if resource.pattern in _SERVED:
+            return next(iter(resource.endpoints))  # its route's one method
+        return ""
+
 
 def _identity(request: HttpRequest) -> HttpRequest:
     """Vertex AI's bodies are never compressed: its encoding headers are not read."""
@@ -88,18 +122,3 @@ def _identity(request: HttpRequest) -> HttpRequest:
     return dataclasses.replace(request, headers=headers)
 
 
-def _method(endpoint: str) -> str:
-    """The HTTP method the endpoint is served with; "metrics", "refused" (403) or "" (400)."""
-    if endpoint == "/metrics":
-        return "metrics"
-    if endpoint == "/v2/models/stats":
-        return "GET"
-    if m := _MODEL.fullmatch(endpoint):
-        return "POST" if m.group(1) == "infer" else "GET"
-    if _SERVER.fullmatch(endpoint):
-        return "GET"
-    if m := _SHARED_MEMORY.fullmatch(endpoint):
-        return "GET" if m.group(1) == "status" else "refused"
-    if m := _REPOSITORY.fullmatch(endpoint):
-        return "POST" if m.group(1) == "index" else "refused"
-    return ""
