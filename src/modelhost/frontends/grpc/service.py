@@ -29,6 +29,7 @@ from modelhost.frontends.grpc.calls import CallContext as GrpcCall
 from modelhost.frontends.grpc.codec import decode_request, encode_response, parse_model_version
 from modelhost.frontends.grpc.statuses import grpc_code
 from modelhost.frontends.header_forwarding import forwarded_parameters
+from modelhost.frontends.tracing import sending
 from modelhost.options import compile_forward_pattern
 from modelhost.types import EMPTY_FINAL_RESPONSE, InferenceRequest, Parameters
 
@@ -185,11 +186,8 @@ class GrpcService:
             )
             if core.trace is None:
                 return encode_response(response)
-            send_started = time.monotonic_ns()
-            try:
+            with sending(self.engine, core):
                 return encode_response(response)
-            finally:
-                self.engine.sent(core, send_started)
         except DecoupledModel as e:
             await _fail(context, f"inference of '{request.model_name}'", DecoupledModel(e.grpc_message))
         except ModelhostError as e:
@@ -280,11 +278,10 @@ class GrpcService:
                 await reader
 
     def _streamed(self, core: InferenceRequest, response: Any) -> Any:
-        send_started = time.monotonic_ns() if core.trace is not None else 0
-        answer = service_pb2.ModelStreamInferResponse(infer_response=encode_response(response))
-        if send_started:
-            self.engine.sent(core, send_started, last=False)
-        return answer
+        if core.trace is None:
+            return service_pb2.ModelStreamInferResponse(infer_response=encode_response(response))
+        with sending(self.engine, core, last=False):
+            return service_pb2.ModelStreamInferResponse(infer_response=encode_response(response))
 
     @_answered(lambda request: "trace settings")
     async def TraceSetting(self, request: Any, context: GrpcCall) -> Any:
