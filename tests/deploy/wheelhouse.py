@@ -2,90 +2,53 @@
 built once with this host's pip configuration, then reused by each replay with `--no-index`, so that a replay
 neither resolves against the package index nor downloads anything.
 
-    python tests/deploy/wheelhouse.py [EXTRAS]   builds it (scripts/test.sh does, before the tests) and prints
-                                                 its path; EXTRAS: the CPU Dockerfile's default
+    PYTHONPATH=tests python -m deploy.wheelhouse [EXTRAS]    builds it (scripts/test.sh does, before the tests)
+                                                             and prints its path; EXTRAS: the CPU image's default
 
-The wheelhouse is keyed by what decides its contents: pyproject.toml's build requirements and dependencies, the
-extras and this Python's version. A change to any of them builds a new one beside it (one that no run used for a
-week is removed then); the first build on a machine downloads and builds everything (minutes), later runs find
-it ready. Its place: under .venv (one per virtual environment, which scripts/setup.sh makes), or
-$MODELHOST_WHEELHOUSE.
+It is kept with what the tests build once (built_once.py), keyed by what decides its contents: pyproject.toml's
+build requirements and dependencies, the extras and this Python's version. The first build on a machine downloads
+and builds everything (minutes); later runs find it ready.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import tomllib
 from pathlib import Path
 
+import built_once
+
 ROOT = Path(__file__).resolve().parents[2]
-READY = "ready"  # written last: a wheelhouse without it was cut short and is built again
-UNUSED_S = 7 * 24 * 3600  # a wheelhouse no run used for a week (an older pyproject.toml's) is removed
-
-
-def root() -> Path:
-    given = os.environ.get("MODELHOST_WHEELHOUSE")
-    return Path(given) if given else ROOT / ".venv" / "wheelhouse"
-
-
-def key(extras: str) -> str:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    inputs = {
-        "build": project["build-system"]["requires"],
-        "dependencies": project["project"]["dependencies"],
-        "optional": project["project"]["optional-dependencies"],
-        "extras": sorted(e for e in extras.split(",") if e),
-        "python": sys.version_info[:2],
-    }
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def wheelhouse(extras: str) -> Path:
     """The wheelhouse for modelhost[extras] and its build requirements, built here if it is not ready."""
-    folder = root() / key(extras)
-    if (folder / READY).is_file():
-        (folder / READY).touch()
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
-        target = f"{ROOT}[{extras}]" if extras else str(ROOT)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    requires = project["build-system"]["requires"]
+    place = built_once.folder(
+        "wheelhouse",
+        {
+            "build": requires,
+            "dependencies": project["project"]["dependencies"],
+            "optional": project["project"]["optional-dependencies"],
+            "extras": sorted(e for e in extras.split(",") if e),
+            "python": sys.version_info[:2],
+        },
+    )
+    if built_once.ready(place):
+        return place
+    target = f"{ROOT}[{extras}]" if extras else str(ROOT)
+    with built_once.building(place) as build:
         # This host's pip configuration (find-links, extra indexes, constraints) decides, as it would for the
         # replay itself: the CPU torch comes from where it would.
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(build), target, *requires],
-            check=True,
-        )
+        wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(build), target, *requires]
+        subprocess.run(wheel, check=True)
         for own in build.glob("modelhost-*.whl"):
             own.unlink()  # the replay builds modelhost from its copy of the tree, as the image does
-        (build / READY).write_text(json.dumps({"extras": extras}) + "\n")
-        for old in folder.parent.iterdir():
-            if not old.name.startswith(".") and _unused(old):
-                shutil.rmtree(old, ignore_errors=True)
-        try:
-            build.rename(folder)
-        except OSError:  # another run built it meanwhile
-            if not (folder / READY).is_file():
-                raise
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-    return folder
-
-
-def _unused(folder: Path) -> bool:
-    try:
-        return time.time() - (folder / READY).stat().st_mtime > UNUSED_S
-    except OSError:
-        return True
+    return place
 
 
 def pip_environment(folder: Path) -> dict[str, str]:
