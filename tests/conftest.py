@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import Iterator
@@ -28,6 +29,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection left (every test module and what it imports: torch, TensorFlow, OpenVINO, Ray; some 700,000
+    objects) lives as long as the run: it is moved out of the collector's reach. A full collection then looks at
+    what the tests made alone, which e2e/conftest.py's collection after each test (0.4-0.6 s each otherwise, some
+    900 s of a run on two workers) and Python's own full collections need."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture

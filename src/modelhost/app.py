@@ -331,7 +331,11 @@ async def serve(options: ServerOptions, control: ServeControl | None = None) -> 
                 control.ports["http"] = int(http_server.sockets[0].getsockname()[1])
     except (OSError, FrontendStartError, VertexAiSettingsError) as e:
         log.error("failed to start the server: %s", e)
-        # Nothing was accepted yet; the frontend processes started so far get the usual time to exit.
+        # Nothing was accepted yet; the frontend processes started so far get the usual time to exit. The calls
+        # they hold until the server has started are let through now, to be answered as a stopping server
+        # answers: held, they would keep their frontend, and the stop, waiting out the whole exit timeout.
+        if frontends is not None:
+            frontends.service.opened.set()
         await stop_serving()
         return 1
 

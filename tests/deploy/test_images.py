@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 import yaml
 
+from deploy.wheelhouse import pip_environment, wheelhouse
 from e2e.server_process import running_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,9 @@ def _load_replay() -> ModuleType:
 replay = _load_replay()
 
 
-def _run_replay(tmp: Path, *args: str, timeout: float = 600) -> dict[str, object]:
+def _run_replay(
+    tmp: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> dict[str, object]:
     """Runs the replay script as a user would; its summary. Its output is shown only when it fails."""
     summary, log = tmp / "summary.json", tmp / "replay.log"
     with open(log, "wb") as out:
@@ -44,6 +47,7 @@ def _run_replay(tmp: Path, *args: str, timeout: float = 600) -> dict[str, object
             stdout=out,
             stderr=subprocess.STDOUT,
             timeout=timeout,
+            env=env,
         )
     assert result.returncode == 0, log.read_text(errors="replace")[-8000:]
     loaded: dict[str, object] = json.loads(summary.read_text())
@@ -206,8 +210,13 @@ def _healthcheck_module() -> ModuleType:
 def cpu_replay(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """The CPU image replayed once: its venv built from this tree, then `docker run IMAGE` and `... serve`.
     TORCH_INDEX_URL= : download.pytorch.org is out of reach here; this host's pip configuration (find-links
-    /opt/wheels) supplies the same torch 2.13.0+cpu wheel, and install.sh fails if a CUDA torch came instead."""
-    return _run_replay(tmp_path_factory.mktemp("cpu-replay"), "--build-arg", "TORCH_INDEX_URL=")
+    /opt/wheels) supplies the same torch 2.13.0+cpu wheel, and install.sh fails if a CUDA torch came instead.
+    The venv step's pip installs from a local wheelhouse alone (tests/deploy/wheelhouse.py: built with this
+    host's pip configuration once, reused by later runs), not resolving against the index each time."""
+    cpu = replay.Image.load(DOCKERFILES["cpu"], {})
+    extras = replay.stage_args(cpu.dockerfile, cpu.build_stage, {})["EXTRAS"]
+    env = pip_environment(wheelhouse(extras))
+    return _run_replay(tmp_path_factory.mktemp("cpu-replay"), "--build-arg", "TORCH_INDEX_URL=", env=env)
 
 
 def test_cpu_image_serves_every_bundled_example(cpu_replay: dict[str, object]) -> None:

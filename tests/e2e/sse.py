@@ -7,7 +7,6 @@ import codecs
 import json
 import re
 import socket
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,6 @@ _LINE_END = re.compile(r"\r\n|\n|\r")
 @dataclass(frozen=True)
 class Event:
     data: str
-    at: float  # time.monotonic() when the blank line that ends it arrived
 
     def json(self) -> Any:
         return json.loads(self.data)
@@ -53,7 +51,7 @@ def read_events(response: requests.Response) -> Iterator[Event]:
             line, pending = pending[: end.start()], pending[end.end() :]
             if line == "":
                 if data is not None:
-                    yield Event("\n".join(data), time.monotonic())
+                    yield Event("\n".join(data))
                 data = None
             elif not line.startswith(":"):
                 field, _, value = line.partition(":")

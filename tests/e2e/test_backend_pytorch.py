@@ -1,13 +1,17 @@
 """The PyTorch backend end to end: TorchScript models built at test time, served by one server, asked through
 tritonclient over HTTP and gRPC, and answered as the modules themselves answer; an AOTInductor package compiled
-in the background while the rest runs, loaded last."""
+in the background while the rest runs (once: later runs take it from what the tests build once, built_once.py),
+loaded last."""
 
 from __future__ import annotations
 
+import platform
+import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+import built_once
 from backends.pytorch.torch_test_models import (
     AddSub,
     DictIO,
@@ -188,14 +193,40 @@ def build_repository(repo: Path) -> None:
     )
 
 
+@dataclass
+class AotiBuild:
+    """The AOTInductor package: kept from an earlier run (process None), or being compiled into `package`."""
+
+    package: Path
+    process: subprocess.Popen[bytes] | None
+    cached: Path  # where a compiled package is kept for later runs
+
+    def wait(self) -> str:
+        """Empty once the package is there, else why it could not be compiled (the compiler's last lines)."""
+        if self.process is None:
+            return ""
+        output, _ = self.process.communicate(timeout=300)
+        if self.process.returncode != 0 or not self.package.is_file():
+            return " | ".join(output.decode(errors="replace").strip().splitlines()[-3:])
+        with built_once.building(self.cached) as folder:
+            shutil.copy(self.package, folder / self.package.name)
+        return ""
+
+
 @pytest.fixture(scope="module")
-def aoti_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """The AOTInductor compile, started first: it runs (10 to 40 s on 2 cores) while the other tests do."""
+def aoti_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AotiBuild]:
+    """The AOTInductor compile, started first: it runs (10 to 40 s on 2 cores) while the other tests do. Once
+    compiled, the package is kept for later runs of the same torch (built_once.py)."""
+    versions = {"torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
+    cached = built_once.folder("aoti", {**versions, "build": AOTI_BUILD})
+    if built_once.ready(cached):
+        yield AotiBuild(cached / "model.pt2", None, cached)
+        return
     package = tmp_path_factory.mktemp("aoti") / "model.pt2"
     process = subprocess.Popen(
         [sys.executable, "-c", AOTI_BUILD, str(package)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    yield process, package
+    yield AotiBuild(package, process, cached)
     if process.poll() is None:
         process.kill()
     process.communicate()
@@ -211,7 +242,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(
     repository: Path,
-    aoti_build: tuple[subprocess.Popen[bytes], Path],
+    aoti_build: AotiBuild,
     tmp_path_factory: pytest.TempPathFactory,
     frontend_processes: int,
 ) -> Iterator[RunningServer]:
@@ -385,16 +416,15 @@ def test_models_that_cannot_load_leave_their_reason(
 def test_aoti_package(
     server: RunningServer,
     repository: Path,
-    aoti_build: tuple[subprocess.Popen[bytes], Path],
+    aoti_build: AotiBuild,
     http: httpclient.InferenceServerClient,
     grpc_client: grpcclient.InferenceServerClient,
 ) -> None:
     """Last: it waits for the background compile. Inputs by call-spec names, outputs by ordinal."""
-    process, package = aoti_build
-    output, _ = process.communicate(timeout=300)
-    if process.returncode != 0 or not package.is_file():
-        tail = output.decode(errors="replace").strip().splitlines()[-3:]
-        pytest.skip(f"AOTInductor compilation is unavailable here: {' | '.join(tail)}")
+    unavailable = aoti_build.wait()
+    if unavailable:
+        pytest.skip(f"AOTInductor compilation is unavailable here: {unavailable}")
+    package = aoti_build.package
     for name, dims in (("pt_aoti", "[ 4 ]"), ("pt_aoti_wrong", "[ 5 ]"), ("pt_aoti_loose", "[ -1 ]")):
         (repository / name / "1").mkdir(parents=True)
         (repository / name / "1" / "model.pt2").write_bytes(package.read_bytes())

@@ -50,13 +50,20 @@ def perf_server(tmp_path_factory: pytest.TempPathFactory, frontend_processes: in
 
 
 def perf(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "modelhost", "perf", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return perf_process(*args)[0]
+
+
+def perf_process(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """perf's result and its process id, which names its shared-memory regions (modelhost_perf_<pid>_...): other
+    runs on the machine may have regions of their own meanwhile."""
+    command = [sys.executable, "-m", "modelhost", "perf", *args]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), process.pid
 
 
 def read_csv(path: Path) -> list[list[str]]:
@@ -266,7 +273,7 @@ def test_sequence_model_refusals(perf_server: RunningServer) -> None:
 def test_system_shared_memory(perf_server: RunningServer, protocol: str, tmp_path: Path) -> None:
     url = perf_server.http_url if protocol == "http" else perf_server.grpc_url
     before = server_stats(perf_server, "simple")
-    out = perf(
+    out, pid = perf_process(
         "-m",
         "simple",
         "-i",
@@ -293,16 +300,25 @@ def test_system_shared_memory(perf_server: RunningServer, protocol: str, tmp_pat
     after = server_stats(perf_server, "simple")
     assert after["success"] > before["success"] and after["fail"] == before["fail"]
     assert shm_regions(perf_server) == []  # unregistered at the end
-    assert not list(Path("/dev/shm").glob("modelhost_perf_*"))
+    assert not list(Path("/dev/shm").glob(f"modelhost_perf_{pid}_*"))
+
+
+@pytest.fixture(scope="module")
+def refusing_server(
+    tmp_path_factory: pytest.TempPathFactory, frontend_processes: int
+) -> Iterator[RunningServer]:
+    """A server without --allow-client-shm (the default), for both protocols' refusals."""
+    repo = tmp_path_factory.mktemp("refusing_repo")
+    copy_examples(repo, "simple")
+    with running_server([repo], tmp_path_factory.mktemp("refusing_log") / "server.log") as running:
+        yield running
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_shared_memory_refused_by_the_server(protocol: str, tmp_path: Path) -> None:
-    copy_examples(tmp_path / "repo", "simple")
-    with running_server([tmp_path / "repo"], tmp_path / "server.log") as server:
-        url = server.http_url if protocol == "http" else server.grpc_url
-        out = perf("-m", "simple", "-i", protocol, "-u", url, *SHORT, "--shared-memory", "system")
+def test_shared_memory_refused_by_the_server(protocol: str, refusing_server: RunningServer) -> None:
+    url = refusing_server.http_url if protocol == "http" else refusing_server.grpc_url
+    out, pid = perf_process("-m", "simple", "-i", protocol, "-u", url, *SHORT, "--shared-memory", "system")
     line = one_line_error(out)
     assert line.startswith("modelhost perf: error: --shared-memory system: the server does not allow")
     assert "--allow-client-shm=true" in line
-    assert not list(Path("/dev/shm").glob("modelhost_perf_*"))
+    assert not list(Path("/dev/shm").glob(f"modelhost_perf_{pid}_*"))

@@ -31,6 +31,8 @@ log = logging.getLogger("modelhost.cluster")
 _POLL_S = 0.25
 # How long the head of a cluster given by address may take to accept a connection.
 CONNECT_TIMEOUT_S = 10.0
+# How long a stop waits for its deployments to be deleted (Ray's own blocking delete waits 60 s for one).
+DELETE_TIMEOUT_S = 60.0
 
 
 class ClusterError(RuntimeError):
@@ -150,11 +152,29 @@ class Cluster(ServeState):
         import ray
         from ray import serve
 
+        # Every deletion is asked for first, then all are waited for together: Ray's blocking delete waits for
+        # the application's replicas to stop (some 5 s), which one after the other made a stop take minutes.
+        asked: list[str] = []
         for name in names:
             try:
-                serve.delete(name)
+                serve.delete(name, _blocking=False)
+                asked.append(name)
             except Exception as e:  # leaving anyway
                 log.warning("could not delete deployment '%s': %s", name, e)
+        deadline = time.monotonic() + DELETE_TIMEOUT_S
+        while asked:
+            try:
+                present = self.statuses()
+                asked = [name for name in asked if name in present]
+            except Exception as e:  # leaving anyway
+                log.warning("could not follow the deletion of %s: %s", ", ".join(asked), e)
+                break
+            if not asked:
+                break
+            if time.monotonic() > deadline:
+                log.warning("deployment(s) %s not deleted after %.0f s", ", ".join(asked), DELETE_TIMEOUT_S)
+                break
+            time.sleep(_POLL_S)
         if self.collector is not None and not keep_collector:
             ray.kill(self.collector)
         ray.shutdown()
