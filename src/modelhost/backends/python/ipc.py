@@ -360,8 +360,13 @@ def encode(message: dict[str, Any]) -> bytes:
     return _FRAME.pack(len(body)) + body
 
 
+# marshal's type code of a dict, the first byte of every message (with marshal's reference flag, 0x80, or not).
+_DICT = ord("{")
+
+
 class FrameReader:
-    """Splits a byte stream into messages."""
+    """Splits a byte stream into messages. A frame that does not hold a dict is refused before marshal reads it:
+    garbage on the channel could otherwise claim a tuple of two billion items, which marshal allocates first."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -376,6 +381,8 @@ class FrameReader:
             end = offset + 4 + length
             if end > len(buffer):
                 break
+            if length == 0 or buffer[offset + 4] & 0x7F != _DICT:
+                raise ValueError("a frame of the python backend's channel holds no message")
             messages.append(marshal.loads(buffer[offset + 4 : end]))
             offset = end
         if offset:
