@@ -3,6 +3,7 @@ share its entries; a redis that stops, or stops answering, makes requests miss t
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -240,7 +241,9 @@ def test_a_redis_that_stops_or_stalls_makes_requests_miss_never_fail(
             redis_server.cli("CLIENT", "PAUSE", "3000", "ALL")
             stalled = np.array([[3.0, 4.0]], dtype=np.float32)
             np.testing.assert_array_equal(infer(server, "cached", stalled), stalled)
-            assert "failed (no answer in time)" in server.log()
+            # The lookup that waited on redis gives up; under load another may first give up waiting for the pool's
+            # one connection, which that lookup holds: either way a failure of the cache, not of the request.
+            assert re.search(r"failed \((no answer in time|No connection available\.)\)", server.log())
             # Gone: stopped; requests are still answered, without the cache.
             time.sleep(3)
             redis_server.stop()
