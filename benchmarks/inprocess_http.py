@@ -38,12 +38,9 @@ N = int(sys.argv[2])
 
 
 async def main():
-    reg = ModelRegistry([open_repository(repo)], LoadSettings(), "none")
-    engine = Engine(reg)
-    reg.services = BackendServices(
-        loop=asyncio.get_running_loop(),
-        **({"engine": engine} if "engine" in BackendServices.__slots__ else {"server": engine}),
-    )
+    services = BackendServices(loop=asyncio.get_running_loop())
+    reg = ModelRegistry([open_repository(repo)], LoadSettings(), "none", services)
+    engine = Engine(reg)  # the backends' handle on the engine: services.engine
     await reg.start()
     routes = HttpRoutes(engine, 1 << 26)
     a = np.arange(16, dtype=np.int32).tobytes()

@@ -75,9 +75,9 @@ def _request(model: str) -> HttpRequest:
 
 
 async def main(args: argparse.Namespace) -> None:
-    registry = ModelRegistry([open_repository(args.repo)], LoadSettings(), "none")
-    engine = Engine(registry)
-    registry.services = BackendServices(loop=asyncio.get_running_loop(), engine=engine)
+    services = BackendServices(loop=asyncio.get_running_loop())
+    registry = ModelRegistry([open_repository(args.repo)], LoadSettings(), "none", services)
+    engine = Engine(registry)  # the backends' handle on the engine: services.engine
     await registry.start()
     routes = HttpRoutes(engine, 1 << 26)
     request = _request(args.model)

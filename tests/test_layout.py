@@ -158,7 +158,9 @@ def _floor(module: str) -> int | None:
     found: tuple[int, int] | None = None
     for number, floor in enumerate(FLOORS):
         for package in floor:
-            if (module == package or module.startswith(package + ".")) and (
+            # The root package ("modelhost") is a floor of its own module only, not a prefix of every module.
+            inside = module.startswith(package + ".") and package != "modelhost"
+            if (module == package or inside) and (
                 found is None or len(package) > found[1]
             ):
                 found = (number, len(package))

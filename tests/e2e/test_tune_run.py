@@ -95,7 +95,7 @@ def first(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run
 
 
-def test_the_run_ends_within_its_time_limit(
+def test_a_run_says_how_it_ended(
     first: Run, stopped_then_resumed: tuple[list[dict[str, object]], Run, Run]
 ) -> None:
     # How a run ended, by its own account (the terminal's summary line and the report): the quick search ran to

@@ -27,7 +27,9 @@ def no_models() -> ModelRegistry:
         raise NotFound(f"Request for unknown model: '{name}' is not found")
 
     settings = SimpleNamespace(load_on_demand=False)
-    return cast(ModelRegistry, SimpleNamespace(models={}, get=get, settings=settings, services=BackendServices()))
+    table = SimpleNamespace(get=get)
+    registry = SimpleNamespace(models={}, get=get, table=table, settings=settings, services=BackendServices())
+    return cast(ModelRegistry, registry)
 
 
 def test_a_bare_engine_has_its_parts_off() -> None:

@@ -283,7 +283,7 @@ FLAGS: tuple[Flag, ...] = (
     _refused("grpc-infer-response-compression-level", "str", "none", GRPC,
              "Compression of inference responses: none, low, medium or high.",
              "response compression is not implemented yet", accepted=("none",)),
-    # Keepalive and connection age: tritonserver's flags, with gRPC's defaults (frontends/grpc/connection.py).
+    # Keepalive and connection age: tritonserver's flags, with gRPC's defaults (options/limits.py, GrpcLimits).
     _honoured("grpc-keepalive-time", "int", "7200000", GRPC,
               "Milliseconds of silence after which the server pings a connection with calls.",
               field="grpc_keepalive_time"),

@@ -122,8 +122,8 @@ def _build_options(given: list[tuple[str, str]]) -> tuple[ServerOptions, list[No
     load_limits: dict[int, float] = {}
     rate_limit_resources: list[tuple[str, int, int | None]] = []
     metrics_config: dict[str, str] = {}  # a setting given twice keeps its last value
-    trace_config: list[str] = []  # checked by ServerOptions (tracing/settings.py)
-    cache_config: list[str] = []  # checked by ServerOptions (response_cache.py)
+    trace_config: list[str] = []  # checked by ServerOptions (options/trace.py)
+    cache_config: list[str] = []  # checked by ServerOptions (options/cache.py)
     http_restrictions: Restrictions = {}
     grpc_restrictions: Restrictions = {}
     host_policies: dict[str, dict[str, str]] = {}  # a setting given twice keeps its last value

@@ -64,6 +64,7 @@ class Engine:
         "aliases",
         "live",
         "log_settings",
+        "models",
         "registry",
         "response_cache",
         "server_id",
@@ -86,6 +87,8 @@ class Engine:
         response_cache: ResponseCache | RedisCache | None = None,
     ) -> None:
         self.registry: Final = registry
+        # The registry's table: a request's model is looked up there directly (one call fewer a request).
+        self.models: Final = registry.table
         # The logging extension; None when the server runs without configured logging (in-process tests).
         self.log_settings: Final = log_settings
         self.server_id: Final = server_id
@@ -320,7 +323,7 @@ class Engine:
 
     async def _infer(self, request: InferenceRequest, context: CallContext | None) -> InferenceResponse:
         try:
-            model = self.registry.get(request.model_name, request.model_version)
+            model = self.models.get(request.model_name, request.model_version)
         except (NotFound, Unavailable) as e:
             model = await self._on_demand(request.model_name, request.model_version, e)
         stats = model.stats

@@ -32,8 +32,6 @@ def _name_list(names: Iterable[str]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
-
-
 class RequestChecks:
     """The checks of one model version: `inputs` the inputs a client sends (the server-fed ones of a sequence model
     left out), `outputs` those it may ask for."""

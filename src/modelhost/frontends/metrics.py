@@ -4,7 +4,7 @@ The per-model counters are rendered from the same statistics the statistics exte
 the two can never disagree. They are written by hand in the text exposition format because Triton's counters
 carry no `_total` suffix, which prometheus-client would add.
 
-What is exported follows `--metrics-config` (metrics_config.py): the latency counters (on by default), the
+What is exported follows `--metrics-config` (options/metrics.py): the latency counters (on by default), the
 latency summaries and the first-response histogram of decoupled models (off by default); and
 `--allow-cpu-metrics` / `--allow-gpu-metrics` (cpu_metrics.py, gpu_metrics.py). A model config's
 `metric_tags` add a label `_<key>="<value>"` to every family of that model, as Triton does. Labels are written

@@ -111,14 +111,14 @@ class ServerOptions:
     # The rate limiter: off | execution_count, and --rate-limit-resource as (name, count, device; None = all).
     rate_limit: str = "off"
     rate_limit_resources: list[tuple[str, int, int | None]] = field(default_factory=list)
-    # Metrics families and their refresh; --metrics-config as given (setting -> value), see metrics_config.py.
+    # Metrics families and their refresh; --metrics-config as given (setting -> value), see options/metrics.py.
     allow_cpu_metrics: bool = True
     allow_gpu_metrics: bool = True
     metrics_interval_ms: float = 2000.0
     metrics_config: dict[str, str] = field(default_factory=dict)
-    # --cache-config values as given (response_cache.py checks them).
+    # --cache-config values as given (options/cache.py checks them).
     cache_config: list[str] = field(default_factory=list)
-    # --trace-config values as given (the deprecated trace flags translated), see tracing/settings.py.
+    # --trace-config values as given (the deprecated trace flags translated), see options/trace.py.
     trace_config: list[str] = field(default_factory=list)
     # --frontend-processes (`auto` resolved by auto_frontend_processes): 0 = every protocol served by the engine
     # process.

@@ -1,5 +1,6 @@
-"""builder.py: a version's configuration (repository agents, overrides), its build from a backend (retries,
-out of memory, the memory budget), an ensemble's version and labels, and instance updates in place."""
+"""builder.py: a version's configuration (repository agents, overrides), its instance plan, its build from a
+backend (retries, out of memory, the memory budget), load faults as errors, what makes a reload rebuild a version,
+an ensemble's version and labels, and instance updates in place."""
 
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ from engine.registry.registry_fakes import FAKE_MODEL, FakeBackend, FakeInstance
 from modelhost.backends.api import BackendServices
 from modelhost.engine.model import LoadedModel
 from modelhost.engine.registry.budget import MemoryBudget
-from modelhost.engine.registry.builder import VersionBuilder
+from modelhost.engine.registry.builder import (
+    VersionBuilder,
+    instance_plan,
+    load_error,
+    same_but_version_policy,
+)
 from modelhost.engine.registry.entries import LoadSettings, ModelState
 from modelhost.engine.registry.table import ModelTable
 from modelhost.engine.scheduling.rate_limiter import RateLimiter
-from modelhost.errors import ModelConfigError, ModelhostError, OutOfMemory, Unsupported
+from modelhost.errors import InvalidArgument, ModelConfigError, ModelhostError, OutOfMemory, Unsupported
 from modelhost.repository.overrides import LoadOverride
 
 
@@ -340,3 +346,30 @@ def test_new_instances_the_rate_limiter_cannot_serve_are_closed_and_nothing_chan
         model.close()
 
     on_loop(body, rate_limiter=RateLimiter([("R", 2, None)]))
+
+
+def test_the_instance_plan_places_each_instance() -> None:
+    cpu_gpu = config(
+        "instance_group [ { count: 2 kind: KIND_CPU }, { count: 1 kind: KIND_GPU gpus: [1, 3] } ]"
+    )
+    plan = [(group.kind, index, device) for group, index, device in instance_plan(cpu_gpu, gpu_count=4)]
+    assert plan == [(2, 0, 0), (2, 1, 0), (1, 0, 1), (1, 0, 3)]
+    every_gpu = config("instance_group [ { count: 1 kind: KIND_GPU } ]")
+    assert [d for _, _, d in instance_plan(every_gpu, gpu_count=2)] == [0, 1]
+
+
+def test_only_a_change_besides_the_version_policy_rebuilds_a_version() -> None:
+    base = config('backend: "onnxruntime" max_batch_size: 4')
+    assert same_but_version_policy(
+        base, config('backend: "onnxruntime" max_batch_size: 4 version_policy { all {} }')
+    )
+    assert not same_but_version_policy(base, config('backend: "onnxruntime" max_batch_size: 8'))
+    assert not same_but_version_policy(None, base)
+
+
+def test_load_faults_become_errors() -> None:
+    assert isinstance(load_error("m", 1, MemoryError()), OutOfMemory)
+    refused = InvalidArgument("bad input dims")
+    assert load_error("m", 1, refused) is refused
+    fault = load_error("m", 1, RuntimeError("boom"))
+    assert type(fault) is ModelhostError and str(fault) == "RuntimeError: boom"

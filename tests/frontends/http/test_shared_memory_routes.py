@@ -39,7 +39,8 @@ def registry(ipc: HostIpc) -> Iterator[SharedMemoryRegistry]:
 @pytest.fixture
 def routes(registry: SharedMemoryRegistry) -> HttpRoutes:
     # The shared-memory endpoints use nothing of the engine but its shared-memory registry.
-    engine = Engine(cast(ModelRegistry, SimpleNamespace(services=BackendServices())), shared_memory=registry)
+    no_models = cast(ModelRegistry, SimpleNamespace(services=BackendServices(), table=None))
+    engine = Engine(no_models, shared_memory=registry)
     return HttpRoutes(engine, max_input_size=1 << 20)
 
 

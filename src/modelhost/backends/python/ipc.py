@@ -365,8 +365,9 @@ _DICT = ord("{")
 
 
 class FrameReader:
-    """Splits a byte stream into messages. A frame that does not hold a dict is refused before marshal reads it:
-    garbage on the channel could otherwise claim a tuple of two billion items, which marshal allocates first."""
+    """Splits a byte stream into messages. A frame whose top-level value is not a dict is refused before marshal
+    reads it: garbage on the channel starting with a tuple of two billion items would make marshal allocate them
+    first. (Only the top level is checked: the channel joins the server to its own stub processes.)"""
 
     def __init__(self) -> None:
         self._buffer = bytearray()

@@ -1,6 +1,7 @@
-"""Building one version of a model: its configuration read (repository agents first), its instances built and
-warmed up (retried --model-load-retry-count times, measured, under the memory budget where there is one), an
-ensemble's scheduler, and a serving version's instances changed in place (instance_update.py says which).
+"""Building one version of a model: its configuration read (repository agents first), its instance plan, its
+instances built (one after the other, or in parallel) and warmed up (retried --model-load-retry-count times,
+measured, under the memory budget where there is one), an ensemble's scheduler, a serving version's instances
+changed in place (instance_update.py says which), and a fault while building as the error that fails the version.
 
 Blocking work (reading configs, building runtime sessions) runs on worker threads; the builder itself is only
 called from the event loop.
@@ -9,8 +10,10 @@ called from the event loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,6 @@ from modelhost.engine.ensemble.plan import EnsemblePlan
 from modelhost.engine.ensemble.scheduler import EnsembleScheduler
 from modelhost.engine.model import LoadedModel
 from modelhost.engine.registry.budget import MemoryBudget
-from modelhost.engine.registry.build import built_instances, close_all, instance_plan, load_error
 from modelhost.engine.registry.entries import LoadSettings, ModelEntry, display_name
 from modelhost.engine.registry.instance_update import (
     free_index,
@@ -30,19 +32,125 @@ from modelhost.engine.registry.instance_update import (
     plan_change,
     signature,
 )
-from modelhost.engine.registry.model_memory import Footprint, sample
+from modelhost.engine.registry.model_memory import Footprint, is_out_of_memory, sample
 from modelhost.engine.registry.table import ModelTable
 from modelhost.engine.registry.warmup import run_warmup
 from modelhost.engine.scheduling.instances import InstancePool
 from modelhost.engine.scheduling.rate_limiter import InstanceNeeds, needs_of
-from modelhost.errors import OutOfMemory
+from modelhost.errors import ModelhostError, OutOfMemory
 from modelhost.host.gpu_memory import check_load_limit
+from modelhost.host.host_policy import Placement, bound, policy_name, remember
 from modelhost.repository.agents import run_repository_agents
 from modelhost.repository.overrides import LoadOverride
 
 log = logging.getLogger("modelhost.registry")
 
+# (instance group, index within the group, device id): one instance a configuration asks for
 PlanItem = tuple[Any, int, int]
+
+
+def instance_plan(config: Any, gpu_count: int) -> list[tuple[Any, int, int]]:
+    """(group, index within group, device id) for every instance the config asks for."""
+    plan: list[tuple[Any, int, int]] = []
+    for group in config.instance_group:
+        kind = group.DESCRIPTOR.fields_by_name["kind"].enum_type.values_by_number[group.kind].name
+        count = max(1, int(group.count))
+        if kind == "KIND_GPU":
+            gpus = list(group.gpus) or list(range(gpu_count)) or [0]
+            for gpu in gpus:
+                plan.extend((group, i, gpu) for i in range(count))
+        else:
+            plan.extend((group, i, 0) for i in range(count))
+    return plan
+
+
+def load_error(name: str, version: int, error: BaseException) -> ModelhostError:
+    """A fault while loading a version as the error that fails it: out of memory where it says so."""
+    if isinstance(error, OutOfMemory):
+        return error
+    if isinstance(error, MemoryError):
+        return OutOfMemory(f"MemoryError: out of memory while loading '{name}' version {version}")
+    if isinstance(error, ModelhostError):
+        return OutOfMemory(str(error)) if is_out_of_memory(str(error)) else error
+    log.exception("failed to load '%s' version %d", name, version, exc_info=error)
+    message = f"{type(error).__name__}: {error}"
+    return OutOfMemory(message) if is_out_of_memory(message) else ModelhostError(message)
+
+
+def fault_as_error(build: Callable[..., LoadedModel], *args: Any) -> LoadedModel:
+    """A fault while building a model version fails that version only, with the fault as its reason."""
+    try:
+        return build(*args)
+    except ModelhostError:
+        raise
+    except Exception as e:
+        log.exception("failed to build model '%s'", args[0])
+        raise ModelhostError(f"{type(e).__name__}: {e}") from e
+
+
+def built_instances(
+    backend: Any,
+    ctx: BackendContext,
+    plan: list[tuple[Any, int, int]],
+    host_policies: Mapping[str, Placement] | None = None,
+) -> list[Any]:
+    """The instances of the plan, in its order: built one after the other, or all at once on threads of their
+    own for a backend with `parallel_instances` (a python model's instances each initialize in their own
+    process), as Triton builds them. Where one fails, those built are closed and its error raised.
+
+    `host_policies`: an instance whose group follows one is built on a thread bound to it (what the framework
+    starts meanwhile, its thread pools or a stub process, inherits it), and remembered for its worker thread."""
+    policies = host_policies or {}
+
+    def build(group: Any, index: int, device: int) -> Any:
+        placement = policies.get(policy_name(group, device))
+        with bound(placement):
+            instance = backend.load_instance(ctx, group, index, device)
+        remember(instance, placement)
+        return instance
+
+    if len(plan) < 2 or not getattr(backend, "parallel_instances", False):
+        built: list[Any] = []
+        try:
+            for group, index, device in plan:
+                built.append(build(group, index, device))
+        except BaseException:
+            for instance in built:
+                instance.close()
+            raise
+        return built
+    with concurrent.futures.ThreadPoolExecutor(
+        len(plan), thread_name_prefix=f"load-{ctx.model_name}"
+    ) as pool:
+        futures = [pool.submit(build, g, i, d) for g, i, d in plan]
+        concurrent.futures.wait(futures)
+    errors = [e for e in (f.exception() for f in futures) if e is not None]
+    if errors:
+        for future in futures:
+            if future.exception() is None:
+                future.result().close()
+        raise errors[0]
+    return [future.result() for future in futures]
+
+
+def close_all(instances: list[ModelInstance]) -> None:
+    for instance in instances:
+        instance.close()
+
+
+def same_but_version_policy(old: Any, new: Any) -> bool:
+    """Triton loads a serving version again on a configuration change other than its version_policy (and its
+    instance groups, which it updates in place: `VersionBuilder.regroup`)."""
+    if old is None:
+        return False
+    if old.version_policy == new.version_policy:
+        return bool(old == new)
+    left, right = type(old)(), type(new)()
+    left.CopyFrom(old)
+    right.CopyFrom(new)
+    left.ClearField("version_policy")
+    right.ClearField("version_policy")
+    return bool(left == right)
 
 
 class VersionBuilder:
@@ -262,6 +370,7 @@ class VersionBuilder:
     def _ensemble_labels(self, config: Any, composing: dict[str, Any]) -> dict[str, list[str]]:
         """The labels of the composing models' outputs an ensemble's outputs come from: an ensemble output
         without labels of its own classifies with those, as Triton completes an ensemble's label provider."""
+        unlabelled = {o.name for o in config.output if not o.label_filename}  # the outputs that inherit
         inherited: dict[str, list[str]] = {}
         for step in config.ensemble_scheduling.step:
             entry: ModelEntry | None = self.table.models.get(step.model_name)
@@ -269,7 +378,7 @@ class VersionBuilder:
                 continue
             for produced, tensor in step.output_map.items():
                 spec = next((o for o in composing[step.model_name].output if o.name == produced), None)
-                if tensor not in inherited and spec is not None and spec.label_filename:
+                if tensor in unlabelled and tensor not in inherited and spec is not None and spec.label_filename:
                     inherited[tensor] = read_labels(entry.model_dir, spec.label_filename)
         return inherited
 

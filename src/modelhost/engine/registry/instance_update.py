@@ -7,7 +7,8 @@ by the kept instances throughout. An instance is known by its signature (kind, d
 policy, secondary devices, passive), not by its group's name or place: renaming or reordering groups changes
 nothing. A removed instance finishes what it runs first; one holding sequences serves them to their end.
 
-The registry applies the change (registry.py `_regroup`); LoadedModel puts instances into and out of service.
+The registry applies the change (builder.py `VersionBuilder.regroup`); LoadedModel puts instances into and out
+of service.
 """
 
 from __future__ import annotations

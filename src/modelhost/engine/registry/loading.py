@@ -19,8 +19,12 @@ from typing import Any
 
 from modelhost.backends.registry import backend_for
 from modelhost.config.normalize import is_ensemble
-from modelhost.engine.registry.build import fault_as_error, load_error, same_but_version_policy
-from modelhost.engine.registry.builder import VersionBuilder
+from modelhost.engine.registry.builder import (
+    VersionBuilder,
+    fault_as_error,
+    load_error,
+    same_but_version_policy,
+)
 from modelhost.engine.registry.catalog import Catalog, Scanned, Seen
 from modelhost.engine.registry.ensembles import EnsembleGraph
 from modelhost.engine.registry.entries import (

@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Final
 
 from modelhost.backends.api import BackendServices
 from modelhost.config.normalize import is_ensemble
@@ -56,7 +57,7 @@ class ModelRegistry:
         metrics; empty in unit tests)."""
         self.settings = settings
         self.mode = mode
-        self.services = services if services is not None else BackendServices()
+        self.services: Final = services if services is not None else BackendServices()
         self.table = ModelTable()
         self.catalog = Catalog(sources, settings, self.table.ambiguous)
         self.budget = MemoryBudget(settings.memory_budget, self.table, mode)

@@ -20,39 +20,12 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from modelhost.frontends.grpc.http2_frames import ErrorCode
+from modelhost.options.limits import GrpcLimits
 
 log = logging.getLogger("modelhost.grpc")
 
 # How often a client without calls may ping, unless permitted (gRPC's rule for idle connections).
 IDLE_PING_INTERVAL_S = 7200.0
-
-
-class PingLimits(Protocol):
-    """The limits the policy follows (`GrpcLimits`'s; milliseconds)."""
-
-    @property
-    def keepalive_time(self) -> int: ...
-
-    @property
-    def keepalive_timeout(self) -> int: ...
-
-    @property
-    def keepalive_permit_without_calls(self) -> bool: ...
-
-    @property
-    def max_pings_without_data(self) -> int: ...
-
-    @property
-    def min_recv_ping_interval(self) -> int: ...
-
-    @property
-    def max_ping_strikes(self) -> int: ...
-
-    @property
-    def max_connection_age(self) -> int | None: ...
-
-    @property
-    def max_connection_age_grace(self) -> int | None: ...
 
 
 class PingSender(Protocol):
@@ -101,7 +74,7 @@ class Keepalive:
         "timer",
     )
 
-    def __init__(self, connection: Connection, limits: PingLimits, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, connection: Connection, limits: GrpcLimits, loop: asyncio.AbstractEventLoop) -> None:
         self.connection = connection
         self.limits = limits
         self.loop = loop

@@ -275,9 +275,3 @@ ROUTES: tuple[Route[Endpoint], ...] = (
 
 _ROUTER = Router(ROUTES)
 _ROUTER_WITHOUT_CONSOLE = Router(route for route in ROUTES if route.category != "console")
-
-
-def category_of(path: str) -> str:
-    """The restricted-API category of a path ("" for one no endpoint serves)."""
-    matched = _ROUTER.match("GET", path)
-    return matched[0].category if matched is not None else ""
